@@ -172,6 +172,7 @@ struct gguf_file {
     struct gguf_tensor *tensors; /* n_tensors entries, file order */
     char *names_;       /* private: arena of the NUL-terminated keys and names */
     uint64_t *str_offs_; /* private: arena of the string-array offset tables */
+    bool mapped_;       /* private: map came from mmap (gguf_open), munmap on close */
 };
 
 /* Maps and validates `path`. Returns 0, -errno (open/stat/mmap failed: ENOENT, EACCES,
