@@ -1,0 +1,322 @@
+#include "worker/forward.h"
+
+#include "common/err.h"
+#include "common/log.h"
+#include "worker/simd.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int fwd_init(struct fwd *f, const struct model *m, struct tpool *tp, uint32_t max_tokens)
+{
+    memset(f, 0, sizeof(*f));
+    uint32_t group = m->n_heads / m->n_kv_heads;
+    if (max_tokens == 0 || max_tokens > FWD_MAX_TOKENS_LIMIT ||
+        (size_t)group * m->head_dim > FWD_GROUP_ELEMS_MAX) {
+        log_err("cannot set up the forward pass: %u rows, %u q heads per kv head x head dim %u "
+                "(limits %u rows, %u elements)",
+                max_tokens, group, m->head_dim, FWD_MAX_TOKENS_LIMIT, FWD_GROUP_ELEMS_MAX);
+        return -EINVAL;
+    }
+    size_t T = max_tokens;
+    f->m = m;
+    f->tp = tp;
+    f->max_tokens = max_tokens;
+    f->x = calloc(T * m->dim, sizeof(float));
+    f->xb = calloc(T * m->dim, sizeof(float));
+    f->qkv = calloc(T * (m->q_dim + 2 * m->kv_dim), sizeof(float));
+    f->att = calloc(T * m->q_dim, sizeof(float));
+    f->h13 = calloc(T * 2 * m->ff, sizeof(float));
+    f->hb = calloc(T * m->ff, sizeof(float));
+    f->rope_cs = calloc(T * m->head_dim, sizeof(float));
+    f->row_seq = calloc(T, sizeof(uint32_t));
+    f->row_pos = calloc(T, sizeof(uint32_t));
+    if (!f->x || !f->xb || !f->qkv || !f->att || !f->h13 || !f->hb || !f->rope_cs ||
+        !f->row_seq || !f->row_pos) {
+        log_err("cannot set up the forward pass: out of memory for %u rows of scratch",
+                max_tokens);
+        fwd_release(f);
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+void fwd_release(struct fwd *f)
+{
+    free(f->x);
+    free(f->xb);
+    free(f->qkv);
+    free(f->att);
+    free(f->h13);
+    free(f->hb);
+    free(f->rope_cs);
+    free(f->row_seq);
+    free(f->row_pos);
+    memset(f, 0, sizeof(*f));
+}
+
+int fwd_check_seqs(const struct model *m, const struct kv_view *kv, const struct fwd_seq *seqs,
+                   uint32_t n_seqs, char *why, size_t why_cap)
+{
+    if (kv->n_layers != m->n_layers || kv->n_kv_heads != m->n_kv_heads ||
+        kv->head_dim != m->head_dim ||
+        (kv->kv_dtype != KV_DTYPE_F32 && kv->kv_dtype != KV_DTYPE_F16)) {
+        snprintf(why, why_cap, "kv pool geometry %u layers x %u kv heads x %u dims does not "
+                 "match the model (%u x %u x %u)", kv->n_layers, kv->n_kv_heads, kv->head_dim,
+                 m->n_layers, m->n_kv_heads, m->head_dim);
+        return KVD_EMSG;
+    }
+    for (uint32_t s = 0; s < n_seqs; s++) {
+        const struct fwd_seq *q = &seqs[s];
+        if (q->n_tokens == 0 || q->n_blocks == 0) {
+            snprintf(why, why_cap, "seq %u: no tokens or no blocks", s);
+            return KVD_EMSG;
+        }
+        if ((uint64_t)q->pos0 + q->n_tokens > (uint64_t)q->n_blocks * kv->block_size) {
+            snprintf(why, why_cap, "seq %u: positions %u..%u need %llu blocks, block table "
+                     "has %u", s, q->pos0, q->pos0 + q->n_tokens - 1,
+                     (unsigned long long)(((uint64_t)q->pos0 + q->n_tokens + kv->block_size -
+                                           1) / kv->block_size), q->n_blocks);
+            return KVD_EMSG;
+        }
+        /* only the blocks the step touches (positions 0 .. pos0 + n_tokens - 1) matter,
+         * but every entry must be a real page */
+        for (uint32_t b = 0; b < q->n_blocks; b++)
+            if (q->blocks[b] >= kv->num_pages) {
+                snprintf(why, why_cap, "seq %u: block %u is page %u, pool has %u pages", s, b,
+                         q->blocks[b], kv->num_pages);
+                return KVD_EMSG;
+            }
+        for (uint32_t t = 0; t < q->n_tokens; t++)
+            if (q->tokens[t] >= m->vocab) {
+                snprintf(why, why_cap, "seq %u: token %u is id %u, vocab has %u", s, t,
+                         q->tokens[t], m->vocab);
+                return KVD_EMSG;
+            }
+    }
+    return 0;
+}
+
+int fwd_check(const struct fwd *f, const struct kv_view *kv, const struct fwd_seq *seqs,
+              uint32_t n_seqs, char *why, size_t why_cap)
+{
+    uint64_t rows = 0;
+    int rc = fwd_check_seqs(f->m, kv, seqs, n_seqs, why, why_cap);
+    if (rc < 0)
+        return rc;
+    for (uint32_t s = 0; s < n_seqs; s++)
+        rows += seqs[s].n_tokens;
+    if (rows > f->max_tokens) {
+        snprintf(why, why_cap, "batch of %llu tokens exceeds the %u rows of scratch",
+                 (unsigned long long)rows, f->max_tokens);
+        return KVD_EMSG;
+    }
+    return 0;
+}
+
+/* out (n, dim) = x (n, dim) / rms(x) * w */
+static void rmsnorm_rows(float *out, const float *x, const float *w, size_t n, size_t dim,
+                         float eps)
+{
+    for (size_t r = 0; r < n; r++) {
+        const float *xr = x + r * dim;
+        float *o = out + r * dim;
+        float inv = 1.0f / sqrtf(simd_sumsq(xr, dim) / (float)dim + eps);
+        for (size_t i = 0; i < dim; i++)
+            o[i] = xr[i] * inv * w[i];
+    }
+}
+
+/* y (n, out) = x (n, in) @ W^T, W (out, in) row-major; beta 1 adds into y */
+static void matmul(float *y, const float *x, const float *W, size_t n, size_t in, size_t out,
+                   float beta)
+{
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)out, (int)in, 1.0f, x,
+                (int)in, W, (int)in, beta, y, (int)out);
+}
+
+/* Rotates adjacent pairs (v[2i], v[2i+1]) of each of n_heads heads by cs (head_dim,). */
+static void rope_heads(float *v, const float *cs, uint32_t n_heads, uint32_t head_dim)
+{
+    for (uint32_t h = 0; h < n_heads; h++) {
+        float *x = v + (size_t)h * head_dim;
+        for (uint32_t i = 0; i < head_dim; i += 2) {
+            float c = cs[i], s = cs[i + 1], a = x[i], b = x[i + 1];
+            x[i] = a * c - b * s;
+            x[i + 1] = a * s + b * c;
+        }
+    }
+}
+
+/* The one place the K/V dtype varies: a dot with / an update from slot `t` of a row. */
+static inline float kv_dot(const struct kv_view *kv, const float *q, const uint8_t *row,
+                           uint32_t t)
+{
+    size_t hd = kv->head_dim;
+    return kv->kv_dtype == KV_DTYPE_F16
+               ? simd_dot_f16(q, (const uint16_t *)row + (size_t)t * hd, hd)
+               : simd_dot_f32(q, (const float *)row + (size_t)t * hd, hd);
+}
+
+static inline void kv_axpy(const struct kv_view *kv, float *acc, float c, float w,
+                           const uint8_t *row, uint32_t t)
+{
+    size_t hd = kv->head_dim;
+    if (kv->kv_dtype == KV_DTYPE_F16)
+        simd_scale_axpy_f16(acc, c, w, (const uint16_t *)row + (size_t)t * hd, hd);
+    else
+        simd_scale_axpy_f32(acc, c, w, (const float *)row + (size_t)t * hd, hd);
+}
+
+static inline void kv_store(const struct kv_view *kv, uint8_t *row, uint32_t t, const float *v)
+{
+    size_t hd = kv->head_dim;
+    if (kv->kv_dtype == KV_DTYPE_F16) {
+        uint16_t *o = (uint16_t *)row + (size_t)t * hd;
+        for (size_t d = 0; d < hd; d++)
+            o[d] = simd_f32_to_f16(v[d]);
+    } else {
+        memcpy((float *)row + (size_t)t * hd, v, hd * sizeof(float));
+    }
+}
+
+struct att_job {
+    const struct fwd *f;
+    const struct kv_view *kv;
+    const struct fwd_seq *seqs;
+    uint32_t layer;
+};
+
+/* Task (row r, kv head g): the group of q heads sharing kv head g attend over positions
+ * 0..pos of the row's sequence, block by block, tile by tile, online softmax. */
+static void att_task(void *ctx, uint32_t task)
+{
+    const struct att_job *J = ctx;
+    const struct fwd *f = J->f;
+    const struct model *m = f->m;
+    const struct kv_view *kv = J->kv;
+    const uint32_t hd = m->head_dim, group = m->n_heads / m->n_kv_heads, bs = kv->block_size;
+    const uint32_t r = task / m->n_kv_heads, g = task % m->n_kv_heads;
+    const struct fwd_seq *sq = &J->seqs[f->row_seq[r]];
+    const uint32_t n_ctx = f->row_pos[r] + 1;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const float *q = f->qkv + (size_t)r * (m->q_dim + 2 * m->kv_dim) + (size_t)g * group * hd;
+    float acc[FWD_GROUP_ELEMS_MAX]; /* (group, hd) unnormalised outputs */
+    float mx[FWD_GROUP_ELEMS_MAX / 2], sum[FWD_GROUP_ELEMS_MAX / 2]; /* (group,) */
+    float sc[FWD_TILE];             /* (tile,) scores of one head */
+
+    memset(acc, 0, (size_t)group * hd * sizeof(float));
+    for (uint32_t j = 0; j < group; j++) {
+        mx[j] = -INFINITY;
+        sum[j] = 0.0f;
+    }
+    for (uint32_t b = 0; (size_t)b * bs < n_ctx; b++) {
+        const uint32_t n_slots = n_ctx - b * bs < bs ? n_ctx - b * bs : bs;
+        const uint8_t *K = kv_row(kv, sq->blocks[b], J->layer, 0, g); /* (bs, hd) */
+        const uint8_t *V = kv_row(kv, sq->blocks[b], J->layer, 1, g); /* (bs, hd) */
+        for (uint32_t t0 = 0; t0 < n_slots; t0 += FWD_TILE) {
+            const uint32_t nt = n_slots - t0 < FWD_TILE ? n_slots - t0 : FWD_TILE;
+            for (uint32_t j = 0; j < group; j++) {
+                float tile_max = -INFINITY;
+                for (uint32_t t = 0; t < nt; t++) {
+                    sc[t] = kv_dot(kv, q + (size_t)j * hd, K, t0 + t) * scale;
+                    tile_max = sc[t] > tile_max ? sc[t] : tile_max;
+                }
+                float new_max = tile_max > mx[j] ? tile_max : mx[j];
+                float c = expf(mx[j] - new_max); /* rescales what was summed so far */
+                float *a = acc + (size_t)j * hd;
+                sum[j] *= c;
+                for (uint32_t t = 0; t < nt; t++) {
+                    float w = expf(sc[t] - new_max);
+                    sum[j] += w;
+                    kv_axpy(kv, a, t == 0 ? c : 1.0f, w, V, t0 + t);
+                }
+                mx[j] = new_max;
+            }
+        }
+    }
+    float *out = f->att + (size_t)r * m->q_dim + (size_t)g * group * hd;
+    for (uint32_t j = 0; j < group; j++)
+        for (uint32_t d = 0; d < hd; d++)
+            out[(size_t)j * hd + d] = acc[(size_t)j * hd + d] / sum[j];
+}
+
+static void fwd_attention(struct fwd *f, const struct kv_view *kv, const struct fwd_seq *seqs,
+                          uint32_t layer)
+{
+    const struct model *m = f->m;
+    const size_t qkv_dim = m->q_dim + 2 * m->kv_dim;
+    /* rotary on q and k of every row, then the new K/V into the pages */
+    for (uint32_t r = 0; r < f->n_rows; r++) {
+        float *row = f->qkv + r * qkv_dim;
+        const float *cs = f->rope_cs + (size_t)r * m->head_dim;
+        rope_heads(row, cs, m->n_heads, m->head_dim);
+        rope_heads(row + m->q_dim, cs, m->n_kv_heads, m->head_dim);
+        const struct fwd_seq *sq = &seqs[f->row_seq[r]];
+        uint32_t pos = f->row_pos[r], page = sq->blocks[pos / kv->block_size];
+        uint32_t slot = pos % kv->block_size;
+        for (uint32_t g = 0; g < m->n_kv_heads; g++) {
+            kv_store(kv, kv_row(kv, page, layer, 0, g), slot,
+                     row + m->q_dim + (size_t)g * m->head_dim);
+            kv_store(kv, kv_row(kv, page, layer, 1, g), slot,
+                     row + m->q_dim + m->kv_dim + (size_t)g * m->head_dim);
+        }
+    }
+    struct att_job job = {f, kv, seqs, layer};
+    tpool_run(f->tp, att_task, &job, f->n_rows * m->n_kv_heads);
+}
+
+void fwd_run(struct fwd *f, const struct kv_view *kv, const struct fwd_seq *seqs,
+             uint32_t n_seqs)
+{
+    const struct model *m = f->m;
+    const size_t dim = m->dim, ff = m->ff, qkv_dim = m->q_dim + 2 * m->kv_dim;
+    uint32_t r = 0;
+    /* rows: embeddings, positions, rotary cos/sin */
+    for (uint32_t s = 0; s < n_seqs; s++)
+        for (uint32_t t = 0; t < seqs[s].n_tokens; t++, r++) {
+            uint32_t pos = seqs[s].pos0 + t;
+            f->row_seq[r] = s;
+            f->row_pos[r] = pos;
+            memcpy(f->x + r * dim, m->tok_embd + (size_t)seqs[s].tokens[t] * dim,
+                   dim * sizeof(float));
+            float *cs = f->rope_cs + (size_t)r * m->head_dim;
+            for (uint32_t i = 0; i < m->head_dim / 2; i++) {
+                double angle = (double)pos * (double)m->inv_freq[i];
+                cs[2 * i] = (float)cos(angle);
+                cs[2 * i + 1] = (float)sin(angle);
+            }
+        }
+    f->n_rows = r;
+    const size_t n = r;
+    for (uint32_t l = 0; l < m->n_layers; l++) {
+        const struct model_layer *L = &m->layers[l];
+        rmsnorm_rows(f->xb, f->x, L->attn_norm, n, dim, m->eps);
+        matmul(f->qkv, f->xb, L->wqkv, n, dim, qkv_dim, 0.0f);
+        fwd_attention(f, kv, seqs, l);
+        matmul(f->x, f->att, L->wo, n, m->q_dim, dim, 1.0f);
+        rmsnorm_rows(f->xb, f->x, L->ffn_norm, n, dim, m->eps);
+        matmul(f->h13, f->xb, L->w13, n, dim, 2 * ff, 0.0f);
+        for (size_t i = 0; i < n; i++) {
+            const float *gate = f->h13 + i * 2 * ff, *up = gate + ff;
+            float *h = f->hb + i * ff;
+            for (size_t j = 0; j < ff; j++)
+                h[j] = gate[j] / (1.0f + expf(-gate[j])) * up[j];
+        }
+        matmul(f->x, f->hb, L->w2, n, ff, dim, 1.0f);
+    }
+    rmsnorm_rows(f->xb, f->x, m->out_norm, n, dim, m->eps);
+}
+
+void fwd_logits(struct fwd *f, const uint32_t *rows, uint32_t n, float *out)
+{
+    const struct model *m = f->m;
+    for (uint32_t i = 0; i < n; i++)
+        memcpy(f->x + (size_t)i * m->dim, f->xb + (size_t)rows[i] * m->dim,
+               m->dim * sizeof(float));
+    matmul(out, f->x, m->output, n, m->dim, m->vocab, 0.0f);
+}

@@ -1,0 +1,46 @@
+/* model.h — a llama-architecture model's weights, in f32, ready for the forward pass.
+ *
+ * Loading opens the GGUF (common/gguf.h), checks hyper-parameters and every tensor
+ * (gguf_llama_hparams + gguf_llama_validate: unsupported architectures and weight types
+ * are refused by name there), and DEQUANTIZES every weight (F32, F16, BF16, Q8_0) to
+ * f32 once, so all matrix products go through cblas_sgemm. Memory: 4 bytes per
+ * parameter (a 125M model needs ~0.5 GB). Q/K/V are packed into one matrix per layer
+ * and gate/up into another, so a layer is 4 sgemm calls.
+ * Immutable after model_load; any thread may read it.
+ */
+#ifndef KVD_WORKER_MODEL_H
+#define KVD_WORKER_MODEL_H
+
+#include "common/gguf.h"
+
+#include <stdint.h>
+
+struct model_layer {
+    float *attn_norm; /* (dim,) */
+    float *wqkv;      /* (q_dim + 2 * kv_dim, dim): rows of Q, then K, then V */
+    float *wo;        /* (dim, q_dim) */
+    float *ffn_norm;  /* (dim,) */
+    float *w13;       /* (2 * ff, dim): rows of gate (w1), then up (w3) */
+    float *w2;        /* (dim, ff) down */
+};
+
+struct model {
+    struct gguf_llama_hparams hp;
+    uint64_t fingerprint;   /* gguf_model_fingerprint() */
+    uint32_t dim, n_layers, n_heads, n_kv_heads, head_dim, ff, vocab;
+    uint32_t q_dim, kv_dim; /* n_heads * head_dim, n_kv_heads * head_dim */
+    float eps;              /* RMSNorm epsilon from metadata */
+    float *inv_freq;        /* (head_dim / 2,) rotary inverse frequencies, scaling applied */
+    float *tok_embd;        /* (vocab, dim) */
+    float *out_norm;        /* (dim,) */
+    float *output;          /* (vocab, dim); == tok_embd when tied */
+    struct model_layer *layers; /* (n_layers,) */
+    char path[256];
+};
+
+/* Loads path. 0, or -errno / -ENOENT / KVD_EMODEL with the reason logged (naming the
+ * file); m is zeroed on failure. The GGUF mapping is closed before returning. */
+int model_load(struct model *m, const char *path);
+void model_release(struct model *m);   /* safe on a zeroed model */
+
+#endif

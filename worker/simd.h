@@ -1,0 +1,214 @@
+/* simd.h — the worker's element-wise and dot-product kernels on f32 and f16 vectors.
+ *
+ * One implementation per instruction set, chosen at compile time here (the only place
+ * with #ifdef): AVX-512F, AVX2+FMA+F16C, or portable C. Every function is exact IEEE
+ * arithmetic up to summation order, so results across variants agree to float rounding.
+ * f16 is IEEE binary16 stored as uint16_t (the KV page format of KV_DTYPE_F16).
+ * Pure functions on caller memory; any thread.
+ */
+#ifndef KVD_WORKER_SIMD_H
+#define KVD_WORKER_SIMD_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__AVX512F__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+/* Portable binary16 <-> binary32, round to nearest even (for writes and the fallback). */
+static inline float simd_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+    uint32_t bits;
+    if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else if (exp != 0) {
+        bits = sign | ((exp + 112) << 23) | (man << 13);
+    } else if (man == 0) {
+        bits = sign;
+    } else { /* subnormal: normalise */
+        int e = -1;
+        do {
+            e++;
+            man <<= 1;
+        } while (!(man & 0x400u));
+        bits = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ffu) << 13);
+    }
+    float f;
+    memcpy(&f, &bits, sizeof(f));
+    return f;
+}
+
+static inline uint16_t simd_f32_to_f16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof(x));
+    uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) /* inf or nan */
+        return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0));
+    if (ax >= 0x477ff000u) /* rounds to >= 65520: overflow to inf */
+        return (uint16_t)(sign | 0x7c00u);
+    if (ax < 0x38800000u) { /* subnormal or zero in f16 */
+        float a;
+        memcpy(&a, &ax, sizeof(a));
+        return (uint16_t)(sign | (uint32_t)lrintf(a * 16777216.0f)); /* a / 2^-24 */
+    }
+    uint32_t r = ax - 0x38000000u;            /* rebias exponent 127 -> 15 */
+    r += 0xfffu + ((r >> 13) & 1u);           /* round to nearest even */
+    return (uint16_t)(sign | (r >> 13));
+}
+
+#if defined(__AVX512F__)
+
+static inline float simd_dot_f32(const float *a, const float *b, size_t n)
+{
+    __m512 acc = _mm512_setzero_ps();
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i),
+                              acc);
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
+static inline float simd_dot_f16(const float *a, const uint16_t *b, size_t n)
+{
+    __m512 acc = _mm512_setzero_ps();
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i),
+                              _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(b + i))), acc);
+    float s = _mm512_reduce_add_ps(acc);
+    for (; i < n; i++)
+        s += a[i] * simd_f16_to_f32(b[i]);
+    return s;
+}
+
+/* y[i] = y[i] * c + w * x[i] */
+static inline void simd_scale_axpy_f32(float *y, float c, float w, const float *x, size_t n)
+{
+    __m512 vc = _mm512_set1_ps(c), vw = _mm512_set1_ps(w);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_fmadd_ps(vw, _mm512_loadu_ps(x + i),
+                                                _mm512_mul_ps(vc, _mm512_loadu_ps(y + i))));
+    for (; i < n; i++)
+        y[i] = y[i] * c + w * x[i];
+}
+
+static inline void simd_scale_axpy_f16(float *y, float c, float w, const uint16_t *x, size_t n)
+{
+    __m512 vc = _mm512_set1_ps(c), vw = _mm512_set1_ps(w);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(
+            y + i,
+            _mm512_fmadd_ps(vw, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x + i))),
+                            _mm512_mul_ps(vc, _mm512_loadu_ps(y + i))));
+    for (; i < n; i++)
+        y[i] = y[i] * c + w * simd_f16_to_f32(x[i]);
+}
+
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+
+static inline float simd_hsum256(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline float simd_dot_f32(const float *a, const float *b, size_t n)
+{
+    __m256 acc = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+    float s = simd_hsum256(acc);
+    for (; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+static inline float simd_dot_f16(const float *a, const uint16_t *b, size_t n)
+{
+    __m256 acc = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i),
+                              _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + i))), acc);
+    float s = simd_hsum256(acc);
+    for (; i < n; i++)
+        s += a[i] * simd_f16_to_f32(b[i]);
+    return s;
+}
+
+static inline void simd_scale_axpy_f32(float *y, float c, float w, const float *x, size_t n)
+{
+    __m256 vc = _mm256_set1_ps(c), vw = _mm256_set1_ps(w);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(vw, _mm256_loadu_ps(x + i),
+                                                _mm256_mul_ps(vc, _mm256_loadu_ps(y + i))));
+    for (; i < n; i++)
+        y[i] = y[i] * c + w * x[i];
+}
+
+static inline void simd_scale_axpy_f16(float *y, float c, float w, const uint16_t *x, size_t n)
+{
+    __m256 vc = _mm256_set1_ps(c), vw = _mm256_set1_ps(w);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(
+            y + i, _mm256_fmadd_ps(vw, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))),
+                                   _mm256_mul_ps(vc, _mm256_loadu_ps(y + i))));
+    for (; i < n; i++)
+        y[i] = y[i] * c + w * simd_f16_to_f32(x[i]);
+}
+
+#else /* portable */
+
+static inline float simd_dot_f32(const float *a, const float *b, size_t n)
+{
+    float s = 0.0f;
+    for (size_t i = 0; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+static inline float simd_dot_f16(const float *a, const uint16_t *b, size_t n)
+{
+    float s = 0.0f;
+    for (size_t i = 0; i < n; i++)
+        s += a[i] * simd_f16_to_f32(b[i]);
+    return s;
+}
+
+static inline void simd_scale_axpy_f32(float *y, float c, float w, const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        y[i] = y[i] * c + w * x[i];
+}
+
+static inline void simd_scale_axpy_f16(float *y, float c, float w, const uint16_t *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        y[i] = y[i] * c + w * simd_f16_to_f32(x[i]);
+}
+
+#endif
+
+/* Sum of squares, used by RMSNorm (portable: the compiler vectorises it). */
+static inline float simd_sumsq(const float *x, size_t n)
+{
+    return simd_dot_f32(x, x, n);
+}
+
+#endif
