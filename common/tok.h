@@ -29,7 +29,7 @@
 #define TOK_ERR_LEN GGUF_ERR_LEN
 #define TOK_MAX_VOCAB GGUF_LLAMA_MAX_VOCAB /* tokens */
 #define TOK_MAX_PIECE_LEN 1024             /* bytes of one vocabulary entry */
-#define TOK_MAX_TEXT_LEN (64u << 20)       /* bytes of text one tok_encode() accepts */
+#define TOK_MAX_TEXT_LEN (4u << 20)        /* bytes of text one tok_encode() accepts (scratch ~52 B/byte) */
 
 enum tok_kind { TOK_KIND_SPM = 1, TOK_KIND_BPE = 2 };
 
@@ -107,5 +107,9 @@ enum tok_type tok_type_of(const struct tok *t, int32_t id);
  * UTF-8 sequence (what a stream may emit now; the rest waits for more bytes). Invalid
  * bytes count as complete (they will never become valid). */
 size_t tok_utf8_complete_len(const char *s, size_t len);
+
+/* GPT-2's byte-to-symbol map: writes the UTF-8 of byte b's printable code point into out
+ * (1 or 2 bytes, not NUL-terminated) and returns its length. */
+size_t tok_gpt2_byte_utf8(uint8_t b, char out[4]);
 
 #endif
