@@ -1,0 +1,727 @@
+#include "proto/broker_msg.h"
+
+#include "common/err.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+static int bm_fail(char err[WIRE_ERR_LEN], int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int bm_fail(char err[WIRE_ERR_LEN], int code, const char *fmt, ...)
+{
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, WIRE_ERR_LEN, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+/* ---- block hash ---------------------------------------------------------------- */
+
+static void put_le32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put_le64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+#define BM_HASH_TOKEN_BATCH 256 /* token ids converted to little-endian per update */
+
+int broker_hash_block(struct broker_hash *out, const struct broker_hash *parent,
+                      const uint32_t *tokens, size_t n, const struct broker_hash_key *key)
+{
+    if (n == 0 || !tokens || !key || key->salt_len > BROKER_SALT_MAX ||
+        (key->salt_len && !key->salt))
+        return -EINVAL;
+    XXH3_state_t *st = XXH3_createState();
+    if (!st)
+        return -ENOMEM;
+    XXH3_128bits_reset(st);
+    static const struct broker_hash zero;
+    XXH3_128bits_update(st, (parent ? parent : &zero)->b, BROKER_HASH_BYTES);
+    uint8_t tb[BM_HASH_TOKEN_BATCH * 4];
+    for (size_t i = 0; i < n;) {
+        size_t k = 0;
+        for (; k < BM_HASH_TOKEN_BATCH && i < n; k++, i++)
+            put_le32(tb + 4 * k, tokens[i]);
+        XXH3_128bits_update(st, tb, 4 * k);
+    }
+    uint8_t id[8 + 4 + 4 + 8];
+    put_le64(id, key->model_fp);
+    put_le32(id + 8, key->kv_dtype);
+    put_le32(id + 12, key->block_size);
+    put_le64(id + 16, key->salt_len);
+    XXH3_128bits_update(st, id, sizeof(id));
+    if (key->salt_len)
+        XXH3_128bits_update(st, key->salt, key->salt_len);
+    XXH128_hash_t h = XXH3_128bits_digest(st);
+    XXH3_freeState(st);
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, h);
+    _Static_assert(sizeof(c.digest) == BROKER_HASH_BYTES, "XXH3-128 is 16 bytes");
+    memcpy(out->b, c.digest, BROKER_HASH_BYTES);
+    return 0;
+}
+
+/* ---- pool descriptor as a map ------------------------------------------------- */
+
+#define BM_DESC_FIELDS 19
+
+void broker_pool_desc_put(struct wbuf *w, const char *key, const struct pool_desc *d)
+{
+    wire_key(w, key);
+    msgpack_pack_map(&w->pk, BM_DESC_FIELDS);
+    wire_put_u64(w, "pool_id", d->pool_id);
+    wire_put_u64(w, "epoch", d->epoch);
+    wire_put_u64(w, "model_fp", d->model_fp);
+    wire_put_u64(w, "n_layers", d->geom.n_layers);
+    wire_put_u64(w, "n_kv_heads", d->geom.n_kv_heads);
+    wire_put_u64(w, "head_dim", d->geom.head_dim);
+    wire_put_u64(w, "block_size", d->geom.block_size);
+    wire_put_u64(w, "kv_dtype", d->geom.kv_dtype);
+    wire_put_u64(w, "data_bytes", d->geom.data_bytes);
+    wire_put_u64(w, "scale_bytes", d->geom.scale_bytes);
+    wire_put_u64(w, "page_bytes", d->geom.page_bytes);
+    wire_put_u64(w, "layout_version", d->layout_version);
+    wire_put_u64(w, "backend", d->backend);
+    wire_put_u64(w, "num_pages", d->num_pages);
+    wire_put_u64(w, "pool_bytes", d->pool_bytes);
+    wire_put_u64(w, "n_chunks", d->n_chunks);
+    wire_put_u64(w, "chunk_bytes", d->chunk_bytes);
+    wire_put_u64(w, "pages_per_chunk", d->pages_per_chunk);
+    wire_put_i64(w, "cuda_device", d->cuda_device);
+}
+
+int broker_pool_desc_get(const msgpack_object *map, bool partial, struct pool_desc *out,
+                         char err[WIRE_ERR_LEN])
+{
+    static const char *const keys[] = {
+        "pool_id",     "epoch",       "model_fp",   "n_layers",       "n_kv_heads",
+        "head_dim",    "block_size",  "kv_dtype",   "data_bytes",     "scale_bytes",
+        "page_bytes",  "layout_version", "backend", "num_pages",      "pool_bytes",
+        "n_chunks",    "chunk_bytes", "pages_per_chunk", "cuda_device", NULL};
+    struct pool_desc d;
+    memset(&d, 0, sizeof(d));
+    bool req = !partial;
+    int64_t dev = 0;
+    int rc = wire_check_keys(map, keys, err);
+    if (!rc) rc = wire_u64(map, "pool_id", req, 0, UINT64_MAX, &d.pool_id, err);
+    if (!rc) rc = wire_u32(map, "epoch", req, 0, UINT32_MAX, &d.epoch, err);
+    if (!rc) rc = wire_u64(map, "model_fp", req, 0, UINT64_MAX, &d.model_fp, err);
+    if (!rc) rc = wire_u32(map, "n_layers", req, 0, KV_LAYERS_MAX, &d.geom.n_layers, err);
+    if (!rc) rc = wire_u32(map, "n_kv_heads", req, 0, KV_HEADS_MAX, &d.geom.n_kv_heads, err);
+    if (!rc) rc = wire_u32(map, "head_dim", req, 0, KV_HEAD_DIM_MAX, &d.geom.head_dim, err);
+    if (!rc)
+        rc = wire_u32(map, "block_size", req, 0, KV_BLOCK_TOKENS_MAX, &d.geom.block_size, err);
+    if (!rc)
+        rc = wire_u32(map, "kv_dtype", req, 0, KV_DTYPE_COUNT_ - 1, &d.geom.kv_dtype, err);
+    if (!rc) rc = wire_u64(map, "data_bytes", req, 0, UINT64_MAX, &d.geom.data_bytes, err);
+    if (!rc) rc = wire_u64(map, "scale_bytes", req, 0, UINT64_MAX, &d.geom.scale_bytes, err);
+    if (!rc) rc = wire_u64(map, "page_bytes", req, 0, UINT64_MAX, &d.geom.page_bytes, err);
+    if (!rc)
+        rc = wire_u32(map, "layout_version", req, 0, UINT32_MAX, &d.layout_version, err);
+    if (!rc) rc = wire_u32(map, "backend", req, 0, MEM_BACKEND_COUNT_ - 1, &d.backend, err);
+    if (!rc) rc = wire_u32(map, "num_pages", req, 0, MEM_POOL_PAGES_MAX, &d.num_pages, err);
+    if (!rc) rc = wire_u64(map, "pool_bytes", req, 0, UINT64_MAX, &d.pool_bytes, err);
+    if (!rc) rc = wire_u32(map, "n_chunks", req, 0, MEM_CHUNKS_MAX, &d.n_chunks, err);
+    if (!rc) rc = wire_u64(map, "chunk_bytes", req, 0, UINT64_MAX, &d.chunk_bytes, err);
+    if (!rc)
+        rc = wire_u32(map, "pages_per_chunk", req, 0, MEM_POOL_PAGES_MAX, &d.pages_per_chunk,
+                      err);
+    if (!rc) rc = wire_i64(map, "cuda_device", req, 0, -1, INT32_MAX, &dev, err);
+    if (rc)
+        return rc;
+    d.cuda_device = (int32_t)dev;
+    if (!partial && (d.num_pages == 0 || d.n_chunks == 0 || d.pages_per_chunk == 0 ||
+                     d.geom.page_bytes == 0))
+        return bm_fail(err, KVD_EMSG, "pool descriptor has zero pages, chunks or page bytes");
+    *out = d;
+    return 0;
+}
+
+/* ---- requests: encode ---------------------------------------------------------- */
+
+static void put_hashes(struct wbuf *w, const char *key, const struct broker_hash *h, size_t n)
+{
+    wire_key(w, key);
+    msgpack_pack_array(&w->pk, n);
+    for (size_t i = 0; i < n; i++) {
+        msgpack_pack_bin(&w->pk, BROKER_HASH_BYTES);
+        msgpack_pack_bin_body(&w->pk, h[i].b, BROKER_HASH_BYTES);
+    }
+}
+
+/* The fields of an expect descriptor that are set (nonzero). */
+static uint32_t expect_fields(const struct pool_desc *e, bool put, struct wbuf *w)
+{
+    uint32_t n = 0;
+#define EXPECT_FIELD(name, val)                                                             \
+    do {                                                                                   \
+        if ((val) != 0) {                                                                  \
+            n++;                                                                           \
+            if (put)                                                                       \
+                wire_put_u64(w, name, (uint64_t)(val));                                    \
+        }                                                                                  \
+    } while (0)
+    EXPECT_FIELD("pool_id", e->pool_id);
+    EXPECT_FIELD("epoch", e->epoch);
+    EXPECT_FIELD("model_fp", e->model_fp);
+    EXPECT_FIELD("n_layers", e->geom.n_layers);
+    EXPECT_FIELD("n_kv_heads", e->geom.n_kv_heads);
+    EXPECT_FIELD("head_dim", e->geom.head_dim);
+    EXPECT_FIELD("block_size", e->geom.block_size);
+    EXPECT_FIELD("kv_dtype", e->geom.kv_dtype);
+    EXPECT_FIELD("data_bytes", e->geom.data_bytes);
+    EXPECT_FIELD("scale_bytes", e->geom.scale_bytes);
+    EXPECT_FIELD("page_bytes", e->geom.page_bytes);
+    EXPECT_FIELD("layout_version", e->layout_version);
+    EXPECT_FIELD("backend", e->backend);
+    EXPECT_FIELD("num_pages", e->num_pages);
+#undef EXPECT_FIELD
+    return n;
+}
+
+int broker_req_attach_encode(struct wbuf *w, const char *client, uint32_t pid,
+                             const struct pool_desc *expect)
+{
+    if (!client || strlen(client) > BROKER_CLIENT_NAME_MAX)
+        return -EINVAL;
+    wire_begin(w, "attach", expect ? 3 : 2);
+    wire_put_str(w, "client", client);
+    wire_put_u64(w, "pid", pid);
+    if (expect) {
+        wire_key(w, "expect");
+        msgpack_pack_map(&w->pk, expect_fields(expect, false, NULL));
+        expect_fields(expect, true, w);
+    }
+    return 0;
+}
+
+static int lease_only(struct wbuf *w, const char *t, uint64_t lease)
+{
+    wire_begin(w, t, 1);
+    wire_put_u64(w, "lease", lease);
+    return 0;
+}
+
+int broker_req_heartbeat_encode(struct wbuf *w, uint64_t lease)
+{
+    return lease_only(w, "heartbeat", lease);
+}
+
+int broker_req_detach_encode(struct wbuf *w, uint64_t lease)
+{
+    return lease_only(w, "detach", lease);
+}
+
+int broker_req_alloc_encode(struct wbuf *w, uint64_t lease, uint64_t seq, uint32_t n)
+{
+    if (n == 0 || n > BROKER_ALLOC_MAX)
+        return -EINVAL;
+    wire_begin(w, "alloc", 3);
+    wire_put_u64(w, "lease", lease);
+    wire_put_u64(w, "seq", seq);
+    wire_put_u64(w, "n", n);
+    return 0;
+}
+
+int broker_req_free_encode(struct wbuf *w, uint64_t lease, uint64_t seq)
+{
+    wire_begin(w, "free", 2);
+    wire_put_u64(w, "lease", lease);
+    wire_put_u64(w, "seq", seq);
+    return 0;
+}
+
+int broker_req_lookup_encode(struct wbuf *w, uint64_t lease, uint64_t seq,
+                             const struct broker_hash *hashes, size_t n)
+{
+    if (n > BROKER_LOOKUP_MAX || (n && !hashes))
+        return -EINVAL;
+    wire_begin(w, "lookup", 3);
+    wire_put_u64(w, "lease", lease);
+    wire_put_u64(w, "seq", seq);
+    put_hashes(w, "hashes", hashes, n);
+    return 0;
+}
+
+int broker_req_commit_encode(struct wbuf *w, uint64_t lease, uint64_t seq, uint32_t block,
+                             const struct broker_hash *hashes, size_t n)
+{
+    if (n == 0 || n > BROKER_LOOKUP_MAX || !hashes || block >= BROKER_SEQ_PAGES_MAX)
+        return -EINVAL;
+    wire_begin(w, "commit", 4);
+    wire_put_u64(w, "lease", lease);
+    wire_put_u64(w, "seq", seq);
+    wire_put_u64(w, "block", block);
+    put_hashes(w, "hashes", hashes, n);
+    return 0;
+}
+
+int broker_req_stats_encode(struct wbuf *w)
+{
+    wire_begin(w, "stats", 0);
+    return 0;
+}
+
+int broker_req_dump_encode(struct wbuf *w, uint32_t start, uint32_t max)
+{
+    if (max > BROKER_DUMP_MAX)
+        return -EINVAL;
+    wire_begin(w, "dump", 2);
+    wire_put_u64(w, "start", start);
+    wire_put_u64(w, "max", max);
+    return 0;
+}
+
+int broker_req_evict_cached_encode(struct wbuf *w)
+{
+    wire_begin(w, "evict_cached", 0);
+    return 0;
+}
+
+/* ---- requests: decode ---------------------------------------------------------- */
+
+static const char *const req_names[BROKER_REQ_COUNT_] = {
+    [BROKER_REQ_ATTACH] = "attach",   [BROKER_REQ_HEARTBEAT] = "heartbeat",
+    [BROKER_REQ_DETACH] = "detach",   [BROKER_REQ_ALLOC] = "alloc",
+    [BROKER_REQ_FREE] = "free",       [BROKER_REQ_LOOKUP] = "lookup",
+    [BROKER_REQ_COMMIT] = "commit",   [BROKER_REQ_STATS] = "stats",
+    [BROKER_REQ_DUMP] = "dump",       [BROKER_REQ_EVICT_CACHED] = "evict_cached",
+};
+
+const char *broker_req_name(enum broker_req_type t)
+{
+    return (unsigned)t < BROKER_REQ_COUNT_ ? req_names[t] : "?";
+}
+
+static int get_hashes(const msgpack_object *map, const char *key, bool need_one,
+                      struct broker_hash **out, size_t *n, char err[WIRE_ERR_LEN])
+{
+    const msgpack_object *a;
+    int rc = wire_array(map, key, true, BROKER_LOOKUP_MAX, &a, err);
+    if (rc)
+        return rc;
+    uint32_t cnt = a->via.array.size;
+    if (need_one && cnt == 0)
+        return bm_fail(err, KVD_EMSG, "field '%s' must not be empty", key);
+    struct broker_hash *h = cnt ? calloc(cnt, sizeof(*h)) : NULL;
+    if (cnt && !h)
+        return bm_fail(err, -ENOMEM, "out of memory");
+    for (uint32_t i = 0; i < cnt; i++) {
+        const msgpack_object *e = &a->via.array.ptr[i];
+        if (e->type != MSGPACK_OBJECT_BIN || e->via.bin.size != BROKER_HASH_BYTES) {
+            free(h);
+            return bm_fail(err, KVD_EMSG, "field '%s'[%u] must be a %d-byte bin", key, i,
+                           BROKER_HASH_BYTES);
+        }
+        memcpy(h[i].b, e->via.bin.ptr, BROKER_HASH_BYTES);
+    }
+    *out = h;
+    *n = cnt;
+    return 0;
+}
+
+static int decode_body(const msgpack_object *r, struct broker_req *q, char err[WIRE_ERR_LEN])
+{
+    static const char *const k_attach[] = {"client", "pid", "expect", NULL};
+    static const char *const k_lease[] = {"lease", NULL};
+    static const char *const k_alloc[] = {"lease", "seq", "n", NULL};
+    static const char *const k_free[] = {"lease", "seq", NULL};
+    static const char *const k_lookup[] = {"lease", "seq", "hashes", NULL};
+    static const char *const k_commit[] = {"lease", "seq", "block", "hashes", NULL};
+    static const char *const k_none[] = {NULL};
+    static const char *const k_dump[] = {"start", "max", NULL};
+    int rc;
+    const char *s;
+    size_t sn;
+    const msgpack_object *e;
+
+    switch (q->type) {
+    case BROKER_REQ_ATTACH:
+        if ((rc = wire_check_keys(r, k_attach, err)) ||
+            (rc = wire_str(r, "client", true, BROKER_CLIENT_NAME_MAX, &s, &sn, err)) ||
+            (rc = wire_u32(r, "pid", true, 0, UINT32_MAX, &q->pid, err)) ||
+            (rc = wire_map(r, "expect", false, &e, err)))
+            return rc;
+        memcpy(q->client, s, sn);
+        q->client[sn] = '\0';
+        if (e && (rc = broker_pool_desc_get(e, true, &q->expect, err)))
+            return rc;
+        return 0;
+    case BROKER_REQ_HEARTBEAT:
+    case BROKER_REQ_DETACH:
+        if ((rc = wire_check_keys(r, k_lease, err)))
+            return rc;
+        return wire_u64(r, "lease", true, 0, UINT64_MAX, &q->lease, err);
+    case BROKER_REQ_ALLOC:
+        if ((rc = wire_check_keys(r, k_alloc, err)) ||
+            (rc = wire_u64(r, "lease", true, 0, UINT64_MAX, &q->lease, err)) ||
+            (rc = wire_u64(r, "seq", true, 0, UINT64_MAX, &q->seq, err)) ||
+            (rc = wire_u32(r, "n", true, 0, BROKER_ALLOC_MAX, &q->n, err)))
+            return rc;
+        if (q->n == 0)
+            return bm_fail(err, KVD_EMSG, "field 'n' must be at least 1");
+        return 0;
+    case BROKER_REQ_FREE:
+        if ((rc = wire_check_keys(r, k_free, err)) ||
+            (rc = wire_u64(r, "lease", true, 0, UINT64_MAX, &q->lease, err)))
+            return rc;
+        return wire_u64(r, "seq", true, 0, UINT64_MAX, &q->seq, err);
+    case BROKER_REQ_LOOKUP:
+        if ((rc = wire_check_keys(r, k_lookup, err)) ||
+            (rc = wire_u64(r, "lease", true, 0, UINT64_MAX, &q->lease, err)) ||
+            (rc = wire_u64(r, "seq", true, 0, UINT64_MAX, &q->seq, err)))
+            return rc;
+        return get_hashes(r, "hashes", false, &q->hashes, &q->n_hashes, err);
+    case BROKER_REQ_COMMIT:
+        if ((rc = wire_check_keys(r, k_commit, err)) ||
+            (rc = wire_u64(r, "lease", true, 0, UINT64_MAX, &q->lease, err)) ||
+            (rc = wire_u64(r, "seq", true, 0, UINT64_MAX, &q->seq, err)) ||
+            (rc = wire_u32(r, "block", true, 0, BROKER_SEQ_PAGES_MAX - 1, &q->block, err)))
+            return rc;
+        return get_hashes(r, "hashes", true, &q->hashes, &q->n_hashes, err);
+    case BROKER_REQ_STATS:
+    case BROKER_REQ_EVICT_CACHED:
+        return wire_check_keys(r, k_none, err);
+    case BROKER_REQ_DUMP:
+        if ((rc = wire_check_keys(r, k_dump, err)) ||
+            (rc = wire_u32(r, "start", false, 0, UINT32_MAX, &q->dump_start, err)))
+            return rc;
+        return wire_u32(r, "max", false, BROKER_DUMP_MAX, BROKER_DUMP_MAX, &q->dump_max, err);
+    case BROKER_REQ_COUNT_:
+        break;
+    }
+    return bm_fail(err, KVD_EINTERNAL, "request type out of range");
+}
+
+int broker_req_decode(const struct wmsg *m, struct broker_req *out, char err[WIRE_ERR_LEN])
+{
+    memset(out, 0, sizeof(*out));
+    int t = -1;
+    for (int i = 0; i < BROKER_REQ_COUNT_; i++)
+        if (wmsg_is(m, req_names[i]))
+            t = i;
+    if (t < 0)
+        return bm_fail(err, KVD_EMSG, "unknown message type '%.40s'", m->type ? m->type : "");
+    out->type = (enum broker_req_type)t;
+    int rc = decode_body(&m->root, out, err);
+    if (rc)
+        broker_req_release(out);
+    return rc;
+}
+
+void broker_req_release(struct broker_req *r)
+{
+    free(r->hashes);
+    memset(r, 0, sizeof(*r));
+}
+
+/* ---- replies: encode ----------------------------------------------------------- */
+
+int broker_rep_attach_encode(struct wbuf *w, uint64_t lease, uint32_t lease_timeout_ms,
+                             const struct pool_desc *pool)
+{
+    wire_begin(w, "attached", 3);
+    wire_put_u64(w, "lease", lease);
+    wire_put_u64(w, "lease_timeout_ms", lease_timeout_ms);
+    broker_pool_desc_put(w, "pool", pool);
+    return 0;
+}
+
+int broker_rep_ok_encode(struct wbuf *w, uint64_t n)
+{
+    wire_begin(w, "ok", 1);
+    wire_put_u64(w, "n", n);
+    return 0;
+}
+
+int broker_rep_pages_encode(struct wbuf *w, const uint32_t *pages, size_t n)
+{
+    if (n > BROKER_SEQ_PAGES_MAX)
+        return -EINVAL;
+    wire_begin(w, "pages", 1);
+    wire_put_u32s(w, "pages", pages, n);
+    return 0;
+}
+
+#define BM_STATS_FIELDS 30
+
+int broker_rep_stats_encode(struct wbuf *w, const struct broker_stats *s)
+{
+    wire_begin(w, "stats", BM_STATS_FIELDS);
+    wire_put_u64(w, "pool_id", s->pool_id);
+    wire_put_u64(w, "epoch", s->epoch);
+    wire_put_u64(w, "model_fp", s->model_fp);
+    wire_put_str(w, "backend", s->backend);
+    wire_put_str(w, "kv_dtype", s->kv_dtype);
+    wire_put_u64(w, "n_layers", s->n_layers);
+    wire_put_u64(w, "n_kv_heads", s->n_kv_heads);
+    wire_put_u64(w, "head_dim", s->head_dim);
+    wire_put_u64(w, "block_size", s->block_size);
+    wire_put_u64(w, "page_bytes", s->page_bytes);
+    wire_put_u64(w, "pool_bytes", s->pool_bytes);
+    wire_put_u64(w, "pages_total", s->pages_total);
+    wire_put_u64(w, "pages_free", s->pages_free);
+    wire_put_u64(w, "pages_used", s->pages_used);
+    wire_put_u64(w, "pages_cached", s->pages_cached);
+    wire_put_u64(w, "prefix_entries", s->prefix_entries);
+    wire_put_u64(w, "prefix_query_blocks", s->prefix_query_blocks);
+    wire_put_u64(w, "prefix_hit_blocks", s->prefix_hit_blocks);
+    wire_put_u64(w, "prefix_query_tokens", s->prefix_query_tokens);
+    wire_put_u64(w, "prefix_hit_tokens", s->prefix_hit_tokens);
+    wire_put_u64(w, "prefix_evictions", s->prefix_evictions);
+    wire_put_u64(w, "leases", s->leases);
+    wire_put_u64(w, "seqs", s->seqs);
+    wire_put_u64(w, "requests", s->requests);
+    wire_put_u64(w, "errors", s->errors);
+    wire_put_u64(w, "leases_expired", s->leases_expired);
+    wire_put_u64(w, "uptime_ms", s->uptime_ms);
+    /* derived, for humans reading a raw dump: hit ratio in per mille is left to kvctl */
+    wire_put_u64(w, "pages_evictable", s->pages_cached);
+    wire_put_u64(w, "pages_allocatable", (uint64_t)s->pages_free + s->pages_cached);
+    wire_put_u64(w, "layout_version", KV_LAYOUT_VERSION);
+    return 0;
+}
+
+int broker_rep_dump_begin(struct wbuf *w, uint32_t total, uint32_t start, size_t n)
+{
+    if (n > BROKER_DUMP_MAX)
+        return -EINVAL;
+    wire_begin(w, "dump", 3);
+    wire_put_u64(w, "total", total);
+    wire_put_u64(w, "start", start);
+    wire_key(w, "pages");
+    msgpack_pack_array(&w->pk, n);
+    return 0;
+}
+
+/* A page is [page, state, refcnt, indexed, [lease, seq, lease, seq, ...]]. */
+int broker_rep_dump_page(struct wbuf *w, const struct broker_dump_page *p)
+{
+    if (p->n_owners > BROKER_DUMP_OWNERS_MAX)
+        return -EINVAL;
+    msgpack_pack_array(&w->pk, 5);
+    msgpack_pack_uint32(&w->pk, p->page);
+    msgpack_pack_uint32(&w->pk, p->state);
+    msgpack_pack_uint32(&w->pk, p->refcnt);
+    if (p->indexed)
+        msgpack_pack_true(&w->pk);
+    else
+        msgpack_pack_false(&w->pk);
+    msgpack_pack_array(&w->pk, 2 * p->n_owners);
+    for (uint32_t i = 0; i < p->n_owners; i++) {
+        msgpack_pack_uint64(&w->pk, p->owners[i].lease);
+        msgpack_pack_uint64(&w->pk, p->owners[i].seq);
+    }
+    return 0;
+}
+
+/* ---- replies: decode ----------------------------------------------------------- */
+
+/* 0 when m is of type t; the err reply's code (msg copied) or KVD_EMSG otherwise. */
+static int rep_expect(const struct wmsg *m, const char *t, char err[WIRE_ERR_LEN])
+{
+    if (wmsg_is(m, t))
+        return 0;
+    if (wmsg_is(m, "err")) {
+        const char *msg;
+        size_t len;
+        int code = wmsg_error(m, &msg, &len);
+        if (err)
+            snprintf(err, WIRE_ERR_LEN, "%.*s", (int)(len > WIRE_ERR_LEN - 1 ? WIRE_ERR_LEN - 1 : len),
+                     msg);
+        return code;
+    }
+    return bm_fail(err, KVD_EMSG, "unexpected reply '%.40s', expected '%s'",
+                   m->type ? m->type : "", t);
+}
+
+int broker_rep_attach_decode(const struct wmsg *m, uint64_t *lease, uint32_t *lease_timeout_ms,
+                             struct pool_desc *pool, char err[WIRE_ERR_LEN])
+{
+    static const char *const keys[] = {"lease", "lease_timeout_ms", "pool", NULL};
+    uint64_t l;
+    uint32_t to;
+    const msgpack_object *p;
+    struct pool_desc d;
+    int rc;
+    if ((rc = rep_expect(m, "attached", err)) || (rc = wire_check_keys(&m->root, keys, err)) ||
+        (rc = wire_u64(&m->root, "lease", true, 0, UINT64_MAX, &l, err)) ||
+        (rc = wire_u32(&m->root, "lease_timeout_ms", true, 0, BROKER_LEASE_TIMEOUT_MS_MAX, &to,
+                       err)) ||
+        (rc = wire_map(&m->root, "pool", true, &p, err)) ||
+        (rc = broker_pool_desc_get(p, false, &d, err)))
+        return rc;
+    *lease = l;
+    if (lease_timeout_ms)
+        *lease_timeout_ms = to;
+    if (pool)
+        *pool = d;
+    return 0;
+}
+
+int broker_rep_ok_decode(const struct wmsg *m, uint64_t *n, char err[WIRE_ERR_LEN])
+{
+    static const char *const keys[] = {"n", NULL};
+    uint64_t v;
+    int rc;
+    if ((rc = rep_expect(m, "ok", err)) || (rc = wire_check_keys(&m->root, keys, err)) ||
+        (rc = wire_u64(&m->root, "n", false, 0, UINT64_MAX, &v, err)))
+        return rc;
+    if (n)
+        *n = v;
+    return 0;
+}
+
+int broker_rep_pages_decode(const struct wmsg *m, uint32_t **pages, size_t *n,
+                            char err[WIRE_ERR_LEN])
+{
+    static const char *const keys[] = {"pages", NULL};
+    int rc;
+    if ((rc = rep_expect(m, "pages", err)) || (rc = wire_check_keys(&m->root, keys, err)))
+        return rc;
+    return wire_u32_array(&m->root, "pages", true, BROKER_SEQ_PAGES_MAX, MEM_POOL_PAGES_MAX - 1,
+                          pages, n, err);
+}
+
+static int get_name(const msgpack_object *r, const char *key, char out[BROKER_NAME_MAX],
+                    char err[WIRE_ERR_LEN])
+{
+    const char *s;
+    size_t n;
+    int rc = wire_str(r, key, true, BROKER_NAME_MAX - 1, &s, &n, err);
+    if (rc)
+        return rc;
+    memcpy(out, s, n);
+    out[n] = '\0';
+    return 0;
+}
+
+int broker_rep_stats_decode(const struct wmsg *m, struct broker_stats *out,
+                            char err[WIRE_ERR_LEN])
+{
+    static const char *const keys[] = {
+        "pool_id", "epoch", "model_fp", "backend", "kv_dtype", "n_layers", "n_kv_heads",
+        "head_dim", "block_size", "page_bytes", "pool_bytes", "pages_total", "pages_free",
+        "pages_used", "pages_cached", "prefix_entries", "prefix_query_blocks",
+        "prefix_hit_blocks", "prefix_query_tokens", "prefix_hit_tokens", "prefix_evictions",
+        "leases", "seqs", "requests", "errors", "leases_expired", "uptime_ms",
+        "pages_evictable", "pages_allocatable", "layout_version", NULL};
+    struct broker_stats s;
+    memset(&s, 0, sizeof(s));
+    const msgpack_object *r = &m->root;
+    int rc;
+    if ((rc = rep_expect(m, "stats", err)) || (rc = wire_check_keys(r, keys, err)))
+        return rc;
+#define U64(k) \
+    if (!rc) rc = wire_u64(r, #k, true, 0, UINT64_MAX, &s.k, err)
+#define U32(k) \
+    if (!rc) rc = wire_u32(r, #k, true, 0, UINT32_MAX, &s.k, err)
+    U64(pool_id);
+    U32(epoch);
+    U64(model_fp);
+    U32(n_layers);
+    U32(n_kv_heads);
+    U32(head_dim);
+    U32(block_size);
+    U64(page_bytes);
+    U64(pool_bytes);
+    U32(pages_total);
+    U32(pages_free);
+    U32(pages_used);
+    U32(pages_cached);
+    U64(prefix_entries);
+    U64(prefix_query_blocks);
+    U64(prefix_hit_blocks);
+    U64(prefix_query_tokens);
+    U64(prefix_hit_tokens);
+    U64(prefix_evictions);
+    U32(leases);
+    U64(seqs);
+    U64(requests);
+    U64(errors);
+    U64(leases_expired);
+    U64(uptime_ms);
+#undef U64
+#undef U32
+    if (!rc) rc = get_name(r, "backend", s.backend, err);
+    if (!rc) rc = get_name(r, "kv_dtype", s.kv_dtype, err);
+    if (rc)
+        return rc;
+    *out = s;
+    return 0;
+}
+
+static int get_dump_page(const msgpack_object *e, uint32_t i, struct broker_dump_page *p,
+                         char err[WIRE_ERR_LEN])
+{
+    if (e->type != MSGPACK_OBJECT_ARRAY || e->via.array.size != 5)
+        return bm_fail(err, KVD_EMSG, "dump page %u is not a 5-entry array", i);
+    const msgpack_object *f = e->via.array.ptr;
+    for (int k = 0; k < 3; k++)
+        if (f[k].type != MSGPACK_OBJECT_POSITIVE_INTEGER || f[k].via.u64 > UINT32_MAX)
+            return bm_fail(err, KVD_EMSG, "dump page %u: field %d is not a u32", i, k);
+    if (f[3].type != MSGPACK_OBJECT_BOOLEAN || f[4].type != MSGPACK_OBJECT_ARRAY ||
+        f[4].via.array.size % 2 || f[4].via.array.size > 2 * BROKER_DUMP_OWNERS_MAX)
+        return bm_fail(err, KVD_EMSG, "dump page %u: bad indexed flag or owner list", i);
+    p->page = (uint32_t)f[0].via.u64;
+    p->state = (uint32_t)f[1].via.u64;
+    p->refcnt = (uint32_t)f[2].via.u64;
+    p->indexed = f[3].via.boolean;
+    p->n_owners = f[4].via.array.size / 2;
+    for (uint32_t k = 0; k < f[4].via.array.size; k++) {
+        const msgpack_object *o = &f[4].via.array.ptr[k];
+        if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+            return bm_fail(err, KVD_EMSG, "dump page %u: owner id is not a u64", i);
+        if (k % 2 == 0)
+            p->owners[k / 2].lease = o->via.u64;
+        else
+            p->owners[k / 2].seq = o->via.u64;
+    }
+    if (p->state > BROKER_PAGE_CACHED)
+        return bm_fail(err, KVD_EMSG, "dump page %u: state %u unknown", i, p->state);
+    return 0;
+}
+
+int broker_rep_dump_decode(const struct wmsg *m, struct broker_dump *out,
+                           char err[WIRE_ERR_LEN])
+{
+    static const char *const keys[] = {"total", "start", "pages", NULL};
+    struct broker_dump d;
+    memset(&d, 0, sizeof(d));
+    const msgpack_object *a;
+    int rc;
+    if ((rc = rep_expect(m, "dump", err)) || (rc = wire_check_keys(&m->root, keys, err)) ||
+        (rc = wire_u32(&m->root, "total", true, 0, UINT32_MAX, &d.total, err)) ||
+        (rc = wire_u32(&m->root, "start", true, 0, UINT32_MAX, &d.start, err)) ||
+        (rc = wire_array(&m->root, "pages", true, BROKER_DUMP_MAX, &a, err)))
+        return rc;
+    d.n = a->via.array.size;
+    if (d.n && !(d.pages = calloc(d.n, sizeof(*d.pages))))
+        return bm_fail(err, -ENOMEM, "out of memory");
+    for (uint32_t i = 0; i < d.n; i++)
+        if ((rc = get_dump_page(&a->via.array.ptr[i], i, &d.pages[i], err))) {
+            broker_dump_release(&d);
+            return rc;
+        }
+    *out = d;
+    return 0;
+}
+
+void broker_dump_release(struct broker_dump *d)
+{
+    free(d->pages);
+    memset(d, 0, sizeof(*d));
+}
