@@ -134,6 +134,32 @@ static float *h_ref_logits(const char *model_path, const uint32_t *toks, uint32_
     return lg;
 }
 
+/* Greedy decoding by the reference: BOS + SentencePiece(text), then n tokens. Fills
+ * prompt ids, generated ids and the generated text (NUL-terminated). */
+static void h_ref_greedy(const char *model_path, const char *text, uint32_t n, uint32_t *prompt,
+                         uint32_t *n_prompt, uint32_t *gen, char *gen_text, size_t text_cap)
+{
+    char script[1024], cmd[4096], line[8192];
+    h_path(script, sizeof(script), "KVD_SOURCE_DIR", ".", "tests/ref/llama_ref.py");
+    snprintf(cmd, sizeof(cmd), "%s %s greedy %s '%s' %u", H_PYTHON, script, model_path, text, n);
+    FILE *f = popen(cmd, "r");
+    ck_assert_ptr_nonnull(f);
+    uint32_t *dst[2] = {prompt, gen};
+    for (int k = 0; k < 2; k++) {
+        ck_assert_ptr_nonnull(fgets(line, sizeof(line), f));
+        uint32_t c = 0;
+        for (char *t = strtok(line, ",\n"); t; t = strtok(NULL, ",\n"))
+            dst[k][c++] = (uint32_t)strtoul(t, NULL, 10);
+        if (k == 0)
+            *n_prompt = c;
+        else
+            ck_assert_uint_eq(c, n);
+    }
+    ck_assert_ptr_nonnull(fgets(gen_text, (int)text_cap, f));
+    gen_text[strcspn(gen_text, "\n")] = '\0';
+    ck_assert_int_eq(pclose(f), 0);
+}
+
 /* max |a - b| / max |b| over n values: the relative error the tests bound. */
 static double h_rel_err(const float *a, const float *b, size_t n)
 {
