@@ -129,9 +129,12 @@ int config_set(struct kvd_config *c, const char *key, const char *value,
         memcpy(field, value, strlen(value) + 1);
         return 0;
     case OPT_BACKEND:
-        if (strcmp(value, "host") != 0 && strcmp(value, "cuda") != 0)
-            return cfg_fail(err, CONFIG_EBAD, "bad value '%s' for '%s': host or cuda", value,
-                            key);
+        if (strcmp(value, "host") != 0 && strcmp(value, "cuda") != 0 &&
+            strcmp(value, "cuda-vmm") != 0 && strcmp(value, "cuda-ipc") != 0 &&
+            strcmp(value, "auto") != 0)
+            return cfg_fail(err, CONFIG_EBAD,
+                            "bad value '%s' for '%s': host, cuda, cuda-vmm, cuda-ipc or auto",
+                            value, key);
         snprintf(field, o->cap, "%s", value);
         return 0;
     case OPT_U32:
@@ -338,7 +341,8 @@ const char *config_usage(void)
            "                          /tmp/kvd-$UID)\n"
            "  --broker DIR|ADDR       use a running broker (its runtime dir or ipc:// address)\n"
            "                          instead of spawning one\n"
-           "  --backend host|cuda     pool memory of a spawned broker (default host)\n"
+           "  --backend host|cuda|cuda-vmm|cuda-ipc|auto\n"
+           "                          pool memory of a spawned broker (default host)\n"
            "  --workers N             worker processes (default 1, max 64)\n"
            "  --threads T             threads per worker (default 1)\n"
            "  --pool-bytes SIZE       KV pool size of a spawned broker, K/M/G (default 64M)\n"
