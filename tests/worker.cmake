@@ -10,3 +10,11 @@ target_include_directories(test_forward PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/unit
 if(TARGET kvd-mkmodel)
   add_dependencies(test_forward kvd-mkmodel)
 endif()
+# The real kvd-worker against the real kvd-broker over sockets (plays kvd itself).
+kvd_unit_test(test_worker SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/integration/test_worker.c
+              LIBS kvdworker PkgConfig::NANOMSG TIMEOUT 600)
+foreach(dep kvd-worker kvd-broker)
+  if(TARGET ${dep})
+    add_dependencies(test_worker ${dep})
+  endif()
+endforeach()

@@ -35,18 +35,18 @@ struct harness {
     struct kv_view kv;
 };
 
-static const char *h_env(const char *name, const char *def)
+static __attribute__((unused)) const char *h_env(const char *name, const char *def)
 {
     const char *v = getenv(name);
     return v && *v ? v : def;
 }
 
-static void h_path(char *out, size_t cap, const char *env, const char *def, const char *rel)
+static __attribute__((unused)) void h_path(char *out, size_t cap, const char *env, const char *def, const char *rel)
 {
     snprintf(out, cap, "%s/%s", h_env(env, def), rel);
 }
 
-static void h_init(struct harness *h, const char *model_path, uint32_t block, uint32_t dtype,
+static __attribute__((unused)) void h_init(struct harness *h, const char *model_path, uint32_t block, uint32_t dtype,
                    uint32_t num_pages, uint32_t max_tokens, uint32_t threads)
 {
     memset(h, 0, sizeof(*h));
@@ -61,7 +61,7 @@ static void h_init(struct harness *h, const char *model_path, uint32_t block, ui
     kv_view_from_region(&h->kv, h->kvmem, &h->g, num_pages);
 }
 
-static void h_release(struct harness *h)
+static __attribute__((unused)) void h_release(struct harness *h)
 {
     fwd_release(&h->f);
     tpool_release(&h->tp);
@@ -71,7 +71,7 @@ static void h_release(struct harness *h)
 
 /* A block table of n pages: a deterministic shuffle of pages [first, first + n) when
  * scramble, else first, first+1, ... */
-static void h_blocks(uint32_t *bt, uint32_t n, uint32_t first, bool scramble, uint64_t seed)
+static __attribute__((unused)) void h_blocks(uint32_t *bt, uint32_t n, uint32_t first, bool scramble, uint64_t seed)
 {
     for (uint32_t i = 0; i < n; i++)
         bt[i] = first + i;
@@ -85,7 +85,7 @@ static void h_blocks(uint32_t *bt, uint32_t n, uint32_t first, bool scramble, ui
 
 /* Runs one sequence through the forward pass: chunk sizes from `chunks` (0-terminated;
  * the last one repeats), and stores the logits of every position in out (n, vocab). */
-static void h_run_seq(struct harness *h, const uint32_t *toks, uint32_t n, const uint32_t *bt,
+static __attribute__((unused)) void h_run_seq(struct harness *h, const uint32_t *toks, uint32_t n, const uint32_t *bt,
                       uint32_t n_blocks, const uint32_t *chunks, float *out)
 {
     uint32_t pos = 0, ci = 0;
@@ -109,7 +109,7 @@ static void h_run_seq(struct harness *h, const uint32_t *toks, uint32_t n, const
 }
 
 /* Logits of the whole sequence from the NumPy reference: (n, vocab) floats. */
-static float *h_ref_logits(const char *model_path, const uint32_t *toks, uint32_t n,
+static __attribute__((unused)) float *h_ref_logits(const char *model_path, const uint32_t *toks, uint32_t n,
                            uint32_t vocab)
 {
     char script[1024], out[] = "/tmp/kvd-ref-XXXXXX";
@@ -136,7 +136,7 @@ static float *h_ref_logits(const char *model_path, const uint32_t *toks, uint32_
 
 /* Greedy decoding by the reference: BOS + SentencePiece(text), then n tokens. Fills
  * prompt ids, generated ids and the generated text (NUL-terminated). */
-static void h_ref_greedy(const char *model_path, const char *text, uint32_t n, uint32_t *prompt,
+static __attribute__((unused)) void h_ref_greedy(const char *model_path, const char *text, uint32_t n, uint32_t *prompt,
                          uint32_t *n_prompt, uint32_t *gen, char *gen_text, size_t text_cap)
 {
     char script[1024], cmd[4096], line[8192];
@@ -161,7 +161,7 @@ static void h_ref_greedy(const char *model_path, const char *text, uint32_t n, u
 }
 
 /* max |a - b| / max |b| over n values: the relative error the tests bound. */
-static double h_rel_err(const float *a, const float *b, size_t n)
+static __attribute__((unused)) double h_rel_err(const float *a, const float *b, size_t n)
 {
     double num = 0, den = 0;
     for (size_t i = 0; i < n; i++) {
@@ -173,7 +173,7 @@ static double h_rel_err(const float *a, const float *b, size_t n)
 }
 
 /* Deterministic pseudo-random token ids in [lo, vocab). */
-static void h_tokens(uint32_t *t, uint32_t n, uint32_t vocab, uint32_t lo, uint64_t seed)
+static __attribute__((unused)) void h_tokens(uint32_t *t, uint32_t n, uint32_t vocab, uint32_t lo, uint64_t seed)
 {
     for (uint32_t i = 0; i < n; i++) {
         seed = seed * 6364136223846793005ull + 1442695040888963407ull;
@@ -182,7 +182,7 @@ static void h_tokens(uint32_t *t, uint32_t n, uint32_t vocab, uint32_t lo, uint6
 }
 
 /* Writes a model with kvd-mkmodel into out (a temp path); flags is the shape. */
-static void h_mkmodel(char *out, size_t cap, const char *flags)
+static __attribute__((unused)) void h_mkmodel(char *out, size_t cap, const char *flags)
 {
     char tool[1024], cmd[4096];
     h_path(tool, sizeof(tool), "KVD_BIN_DIR", ".", "kvd-mkmodel");
