@@ -8,6 +8,8 @@
  * sequence, read in place from the pages via kv_row, online softmax per tile) -> output
  * projection -> RMSNorm -> SwiGLU FFN. Residual adds are sgemm's beta = 1.
  *
+ * Matrix products: cblas_sgemm per slice of output columns, slices spread over the
+ * compute pool; the caller sets OpenBLAS to one thread (openblas_set_num_threads(1)).
  * Scratch is allocated once by fwd_init for max_tokens rows; fwd_run never allocates,
  * logs or fails: fwd_check() validates a batch first (the caller must call it).
  * One thread drives a fwd (the worker's step loop); attention fans out over f->tp.
@@ -25,6 +27,8 @@
 #define FWD_TILE 32              /* K/V slots scored together (online-softmax tile) */
 #define FWD_GROUP_ELEMS_MAX 8192 /* q heads per kv head x head_dim, attention accumulator */
 #define FWD_MAX_TOKENS_LIMIT 65536 /* rows of one fwd_run, upper bound for max_tokens */
+#define FWD_MM_TASKS_PER_THREAD 2 /* column slices per compute thread in one matmul */
+#define FWD_MM_COL_ALIGN 16       /* slice width multiple (one AVX-512 register of floats) */
 
 struct fwd_seq {
     const uint32_t *tokens;  /* (n_tokens,) new token ids, each < vocab */

@@ -292,7 +292,7 @@ int main(int argc, char **argv)
         return EX_CONFIG;
     log_info("model '%s': %u layers, dim %u, %u heads / %u kv heads x %u, ffn %u, vocab %u",
              o.model, m.n_layers, m.dim, m.n_heads, m.n_kv_heads, m.head_dim, m.ff, m.vocab);
-    openblas_set_num_threads((int)o.threads);
+    openblas_set_num_threads(1); /* our pool splits the matmuls (forward.h) */
     struct tpool tp;
     struct mem_pool mp;
     struct kv_view kv;

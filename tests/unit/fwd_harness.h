@@ -15,6 +15,7 @@
 #include "worker/forward.h"
 #include "worker/model.h"
 
+#include <cblas.h>
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -51,6 +52,7 @@ static __attribute__((unused)) void h_init(struct harness *h, const char *model_
 {
     memset(h, 0, sizeof(*h));
     ck_assert_int_eq(model_load(&h->m, model_path), 0);
+    openblas_set_num_threads(1); /* the pool splits matmuls, as in kvd-worker */
     ck_assert_int_eq(tpool_init(&h->tp, threads), 0);
     ck_assert_int_eq(fwd_init(&h->f, &h->m, &h->tp, max_tokens), 0);
     ck_assert_int_eq(kv_geom_init(&h->g, h->m.n_layers, h->m.n_kv_heads, h->m.head_dim, block,
