@@ -6,7 +6,9 @@
  *    U+2581 '▁', one '▁' is prepended when tokenizer.ggml.add_space_prefix is true (the
  *    default), then adjacent symbols are merged highest score first (ties: leftmost),
  *    and any UTF-8 character with no token falls back to its bytes as <0xNN> tokens
- *    (or unk when the vocab has no byte tokens).
+ *    (or one unk per such character when the vocab lacks byte tokens). As in
+ *    SentencePiece, a literal U+2581 in the text cannot be told from a space: it
+ *    decodes as ' ' (the only case where decode(encode(x)) != x).
  *  - "gpt2": byte-level BPE (Llama 3, Qwen, GPT-2): pre-tokenizer regex chosen by
  *    tokenizer.ggml.pre (llama3/llama-bpe, qwen2, default gpt2), bytes mapped to GPT-2's
  *    printable code points, merges by rank from tokenizer.ggml.merges.

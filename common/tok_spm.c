@@ -7,7 +7,7 @@
  * (ties: leftmost) is merged, its new neighbours become candidates, until none is left.
  * Stale candidates (a side already merged away) are skipped when popped. Each final
  * symbol is a token, or a single character without one, which falls back to <0xNN>
- * byte tokens (unk when the vocab has none).
+ * byte tokens (one unk for the character when the vocab lacks one of its bytes).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -150,10 +150,15 @@ int tok_spm_encode(const struct tok *t, const char *text, size_t len, struct tok
             tok_sink_put(k, id);
             continue;
         }
-        for (uint32_t j = 0; j < sym[i].n; j++) {
-            int32_t bt = im->byte_tok[(uint8_t)txt[sym[i].off + j]];
-            tok_sink_put(k, bt >= 0 ? bt : t->unk); /* tok_load ensured one exists */
+        bool all_bytes = true; /* byte fallback, else one unk for the character */
+        for (uint32_t j = 0; j < sym[i].n; j++)
+            all_bytes &= im->byte_tok[(uint8_t)txt[sym[i].off + j]] >= 0;
+        if (!all_bytes) {
+            tok_sink_put(k, t->unk); /* tok_load ensured unk exists when bytes lack */
+            continue;
         }
+        for (uint32_t j = 0; j < sym[i].n; j++)
+            tok_sink_put(k, im->byte_tok[(uint8_t)txt[sym[i].off + j]]);
     }
 
 out_free:

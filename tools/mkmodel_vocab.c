@@ -11,6 +11,7 @@
 #include "common/tok.h"
 
 #define MK_UNUSED_SCORE (-1e9f) /* padding tokens never win a merge */
+#define SPM_SPACE "\xe2\x96\x81"  /* U+2581, SentencePiece's space */
 
 static void seterr(char *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void seterr(char *err, const char *fmt, ...)
@@ -77,6 +78,24 @@ static int pad(struct mk_vocab *v, uint32_t from)
     return 0;
 }
 
+/* A truncated vocabulary must keep the space piece U+2581: without it every space would
+ * fall back to its three bytes, which decode as the literal U+2581, not as ' '. It takes
+ * the last slot. */
+static int keep_space_token(struct mk_vocab *v, const struct gguf_arr *toks,
+                            const struct gguf_arr *scores)
+{
+    for (uint32_t i = 0; i < v->n; i++)
+        if (!strcmp(v->tokens[i], SPM_SPACE))
+            return 0;
+    for (uint64_t i = 0; i < toks->n; i++)
+        if (gguf_str_eq(gguf_arr_str(toks, i), SPM_SPACE)) {
+            free(v->tokens[v->n - 1]);
+            return set_tok(v, v->n - 1, SPM_SPACE, strlen(SPM_SPACE), gguf_arr_f32(scores, i),
+                           TOK_TYPE_NORMAL);
+        }
+    return 0;
+}
+
 static int build_spm(struct mk_vocab *v, const char *from, uint32_t want, char *err)
 {
     struct gguf_file g;
@@ -110,6 +129,8 @@ static int build_spm(struct mk_vocab *v, const char *from, uint32_t want, char *
             goto out_close;
     }
     if ((rc = pad(v, (uint32_t)(toks.n < want ? toks.n : want))))
+        goto out_close;
+    if ((rc = keep_space_token(v, &toks, &scores)))
         goto out_close;
     v->bos = gguf_get_u32(&g, "tokenizer.ggml.bos_token_id", &id, NULL) == 0 ? (int32_t)id : -1;
     v->eos = gguf_get_u32(&g, "tokenizer.ggml.eos_token_id", &id, NULL) == 0 ? (int32_t)id : -1;
@@ -146,7 +167,7 @@ static int build_bytes(struct mk_vocab *v, uint32_t want, char *err)
     }
     uint32_t i = base;
     for (uint32_t c = 0x20; c <= 0x7e && i < want; c++, i++) {
-        const char *s = c == ' ' ? "\xe2\x96\x81" : (buf[0] = (char)c, buf[1] = 0, buf);
+        const char *s = c == ' ' ? SPM_SPACE : (buf[0] = (char)c, buf[1] = 0, buf);
         if ((rc = set_tok(v, i, s, strlen(s), -(float)(c - 0x20), TOK_TYPE_NORMAL)))
             return rc;
     }
