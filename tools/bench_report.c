@@ -72,7 +72,9 @@ int bench_summarize(const struct bench_result *res, const struct bench_workload 
     s->peak_inflight = res->peak_inflight;
     s->peak_running = res->peak_inflight;
     s->kv_waste_ratio = s->mean_used_frac = s->peak_used_frac = NAN;
-    s->preemptions = s->prefix_hit_ratio = s->prefill_tokens_computed = NAN;
+    s->preemptions = s->server_hit_ratio = s->prefill_tokens_computed = NAN;
+    s->prefix_hit_ratio = s->prompt_tokens ? (double)s->cached_prompt_tokens / (double)s->prompt_tokens
+                                           : 0;
     if (res->n_samples >= 1) {
         const struct admin_pool *a = &res->samples[0].pool;
         const struct admin_pool *b = &res->samples[res->n_samples - 1].pool;
@@ -98,7 +100,7 @@ int bench_summarize(const struct bench_result *res, const struct bench_workload 
         s->peak_running = peak_run;
         s->preemptions = (double)(b->preemptions - a->preemptions);
         uint64_t dq = b->prefix_query_tokens - a->prefix_query_tokens;
-        s->prefix_hit_ratio = dq ? (double)(b->prefix_hit_tokens - a->prefix_hit_tokens) / (double)dq
+        s->server_hit_ratio = dq ? (double)(b->prefix_hit_tokens - a->prefix_hit_tokens) / (double)dq
                                  : 0;
         s->prefill_tokens_computed = (double)(b->prefill_tokens_total - a->prefill_tokens_total);
         snprintf(s->alloc, sizeof(s->alloc), "%s", b->alloc);
@@ -154,6 +156,7 @@ void bench_print_table(FILE *f, const struct bench_summary *s)
     else
         row(f, "preemptions", "%12.0f", s->preemptions);
     row_pct(f, "prefix hit ratio", s->prefix_hit_ratio);
+    row_pct(f, "  kvd: hits / looked up", s->server_hit_ratio);
     row_pct(f, "ideal hit ratio", s->ideal_hit_ratio);
     if (!isnan(s->trace_ideal_hit_ratio))
         row_pct(f, "trace ideal (unscaled)", s->trace_ideal_hit_ratio);
@@ -203,6 +206,7 @@ void bench_print_json(FILE *f, const struct bench_summary *s)
     json_u64(&j, "peak_inflight", s->peak_inflight);
     json_f64(&j, "preemptions", s->preemptions);
     json_f64(&j, "prefix_hit_ratio", s->prefix_hit_ratio);
+    json_f64(&j, "server_prefix_hit_ratio", s->server_hit_ratio);
     json_f64(&j, "ideal_hit_ratio", s->ideal_hit_ratio);
     json_f64(&j, "trace_ideal_hit_ratio", s->trace_ideal_hit_ratio);
     json_f64(&j, "prefill_tokens_computed", s->prefill_tokens_computed);

@@ -3,7 +3,8 @@
  * Server-side numbers come from the pool samples (admin.sock): kv_waste_ratio is the
  * mean waste_ratio over samples where some page was in use; preemptions, prefix hit
  * ratio and prefill tokens are the change of kvd's counters between the first and the
- * last sample (so other traffic during the run would be counted too). When kvd could
+ * last sample (so other traffic during the run would be counted too). prefix_hit_ratio
+ * is computed from the requests' own DONE events (cached / prompt tokens). When kvd could
  * not be sampled those fields are NaN (JSON null).
  */
 #ifndef KVD_TOOLS_BENCH_REPORT_H
@@ -32,7 +33,10 @@ struct bench_summary {
     unsigned peak_running;          /* max of sampled requests_running (else client-side) */
     unsigned peak_inflight;         /* client-side maximum in flight */
     double preemptions;
-    double prefix_hit_ratio;        /* kvd's hit/query token counters over the run */
+    double prefix_hit_ratio;        /* cached_prompt_tokens / prompt_tokens of this run's
+                                     * requests: the same measure as ideal_hit_ratio */
+    double server_hit_ratio;        /* kvd's hit / looked-up token counters over the run
+                                     * (looked up = tokens of full blocks) */
     double prefill_tokens_computed; /* kvd's prefill counter over the run */
     double ideal_hit_ratio;         /* unbounded cache on this (scaled) workload */
     double trace_ideal_hit_ratio;   /* unbounded cache on the original trace, NaN if none */
