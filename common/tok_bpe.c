@@ -3,7 +3,8 @@
  * Encoding: the pre-tokenizer regex (PCRE2, Unicode properties) cuts the text into
  * chunks; bytes that no match covers (invalid UTF-8) form chunks of their own. Each chunk
  * starts as one symbol per byte (the token of that byte's GPT-2 code point); the adjacent
- * pair with the lowest merge rank is merged until no pair has a merge. For the llama3
+ * pair with the lowest merge rank (ties: leftmost) is merged until no pair has a merge,
+ * through a heap of candidates with stale entries skipped, O(n log n) per chunk. For the llama3
  * pre-tokenizer a chunk that is itself a token is emitted whole (llama.cpp's
  * ignore_merges). Loading checks that every byte has a token and keeps only merges whose
  * two sides and result are tokens.
@@ -197,21 +198,78 @@ struct bpe_sym {
     int32_t prev, next;
 };
 
-/* Encodes one chunk. sym is scratch for at least len entries. The merge loop is
- * O(len^2) per chunk, and chunks are words: short. */
-static void bpe_chunk(const struct tok *t, const char *s, size_t len, struct bpe_sym *sym,
-                      char *scratch, struct tok_sink *k)
+struct bpe_cand {
+    int32_t rank;       /* merge rank: lower first */
+    int32_t left;       /* symbol index: leftmost first among equal ranks */
+    int32_t l_id, r_id; /* ids when queued: a changed side makes the entry stale */
+};
+
+/* Scratch shared by the chunks of one tok_bpe_encode() call, sized for the whole text. */
+struct bpe_scratch {
+    struct bpe_sym *sym;   /* len */
+    struct bpe_cand *heap; /* 3 * len: n-1 initial pairs + at most 2 per merge */
+    size_t n_heap;
+    char *mapped;          /* 2 * len: the chunk in GPT-2 symbols (llama3 whole-word check) */
+};
+
+static bool cand_before(const struct bpe_cand *a, const struct bpe_cand *b)
+{
+    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
+}
+
+static void cand_push(struct bpe_scratch *sc, const struct tok_impl *im, int32_t left)
+{
+    const struct bpe_sym *sym = sc->sym;
+    if (left < 0 || sym[left].next < 0)
+        return;
+    const struct tok_merge *m = merge_find(im, sym[left].id, sym[sym[left].next].id);
+    if (!m)
+        return;
+    size_t i = sc->n_heap++;
+    sc->heap[i] = (struct bpe_cand){m->rank, left, sym[left].id, sym[sym[left].next].id};
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (!cand_before(&sc->heap[i], &sc->heap[p]))
+            break;
+        struct bpe_cand tmp = sc->heap[p];
+        sc->heap[p] = sc->heap[i];
+        sc->heap[i] = tmp;
+        i = p;
+    }
+}
+
+static struct bpe_cand cand_pop(struct bpe_scratch *sc)
+{
+    struct bpe_cand top = sc->heap[0];
+    sc->heap[0] = sc->heap[--sc->n_heap];
+    for (size_t i = 0;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < sc->n_heap && cand_before(&sc->heap[l], &sc->heap[m]))
+            m = l;
+        if (r < sc->n_heap && cand_before(&sc->heap[r], &sc->heap[m]))
+            m = r;
+        if (m == i)
+            break;
+        struct bpe_cand tmp = sc->heap[m];
+        sc->heap[m] = sc->heap[i];
+        sc->heap[i] = tmp;
+        i = m;
+    }
+    return top;
+}
+
+/* Encodes one chunk: O(len log len) whatever the chunk (a long run of one letter is one
+ * chunk for every pre-tokenizer). */
+static void bpe_chunk(const struct tok *t, const char *s, size_t len, struct bpe_scratch *sc,
+                      struct tok_sink *k)
 {
     const struct tok_impl *im = t->impl;
-    if (im->pre == TOK_PRE_LLAMA3) {
+    struct bpe_sym *sym = sc->sym;
+    if (im->pre == TOK_PRE_LLAMA3 && len <= TOK_MAX_PIECE_LEN) {
         size_t n = 0;
-        for (size_t i = 0; i < len; i++) {
-            char b[4];
-            size_t l = tok_gpt2_byte_utf8((uint8_t)s[i], b);
-            memcpy(scratch + n, b, l);
-            n += l;
-        }
-        int32_t id = tok_lookup(t, scratch, n);
+        for (size_t i = 0; i < len; i++)
+            n += tok_gpt2_byte_utf8((uint8_t)s[i], sc->mapped + n);
+        int32_t id = tok_lookup(t, sc->mapped, n);
         if (id >= 0) {
             tok_sink_put(k, id);
             return;
@@ -220,26 +278,21 @@ static void bpe_chunk(const struct tok *t, const char *s, size_t len, struct bpe
     for (size_t i = 0; i < len; i++)
         sym[i] = (struct bpe_sym){im->byte_tok[(uint8_t)s[i]], (int32_t)i - 1,
                                   i + 1 < len ? (int32_t)i + 1 : -1};
-    for (;;) {
-        const struct tok_merge *best = NULL;
-        int32_t at = -1;
-        for (int32_t i = 0; i >= 0; i = sym[i].next) {
-            if (sym[i].next < 0)
-                break;
-            const struct tok_merge *m = merge_find(im, sym[i].id, sym[sym[i].next].id);
-            if (m && (!best || m->rank < best->rank)) {
-                best = m;
-                at = i;
-            }
-        }
-        if (!best)
-            break;
-        int32_t r = sym[at].next;
-        sym[at].id = best->result;
-        sym[at].next = sym[r].next;
+    sc->n_heap = 0;
+    for (size_t i = 0; i + 1 < len; i++)
+        cand_push(sc, im, (int32_t)i);
+    while (sc->n_heap) {
+        struct bpe_cand c = cand_pop(sc);
+        int32_t r = sym[c.left].next;
+        if (sym[c.left].id != c.l_id || r < 0 || sym[r].id != c.r_id)
+            continue; /* stale */
+        sym[c.left].id = merge_find(im, c.l_id, c.r_id)->result;
+        sym[c.left].next = sym[r].next;
         if (sym[r].next >= 0)
-            sym[sym[r].next].prev = at;
+            sym[sym[r].next].prev = c.left;
         sym[r].id = -1;
+        cand_push(sc, im, sym[c.left].prev);
+        cand_push(sc, im, c.left);
     }
     for (int32_t i = 0; i >= 0; i = sym[i].next)
         tok_sink_put(k, sym[i].id);
@@ -248,12 +301,13 @@ static void bpe_chunk(const struct tok *t, const char *s, size_t len, struct bpe
 int tok_bpe_encode(const struct tok *t, const char *text, size_t len, struct tok_sink *k)
 {
     pcre2_match_data *md = pcre2_match_data_create_from_pattern(t->impl->re, NULL);
-    struct bpe_sym *sym = calloc(len, sizeof(*sym));
-    char *scratch = malloc(2 * len);
+    struct bpe_scratch sc = {.sym = calloc(len, sizeof(*sc.sym)),
+                             .heap = calloc(3 * len, sizeof(*sc.heap)),
+                             .mapped = malloc(2 * len)};
     size_t pos = 0;
     int rc = 0;
 
-    if (!md || !sym || !scratch) {
+    if (!md || !sc.sym || !sc.heap || !sc.mapped) {
         rc = -ENOMEM;
         goto out_free;
     }
@@ -269,20 +323,21 @@ int tok_bpe_encode(const struct tok *t, const char *text, size_t len, struct tok
             goto out_free;
         }
         if (s > pos) /* bytes no match covers (invalid UTF-8): a chunk of their own */
-            bpe_chunk(t, text + pos, s - pos, sym, scratch, k);
+            bpe_chunk(t, text + pos, s - pos, &sc, k);
         if (e <= s) /* empty match (no pattern allows one): take one byte, never loop */
             e = (s > pos ? s : pos) + 1;
         if (e > len)
             e = len;
         if (e > s && s >= pos)
-            bpe_chunk(t, text + s, e - s, sym, scratch, k);
+            bpe_chunk(t, text + s, e - s, &sc, k);
         else if (e > pos)
-            bpe_chunk(t, text + pos, e - pos, sym, scratch, k);
+            bpe_chunk(t, text + pos, e - pos, &sc, k);
         pos = e;
     }
 out_free:
-    free(scratch);
-    free(sym);
+    free(sc.mapped);
+    free(sc.heap);
+    free(sc.sym);
     pcre2_match_data_free(md);
     return rc;
 }

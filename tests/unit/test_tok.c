@@ -77,8 +77,8 @@ static size_t enc(const char *s, size_t len, bool bos, int32_t *ids, size_t cap)
  * adjacent output tokens concatenate to a vocabulary token (else BPE would have merged). */
 static void roundtrip(const char *s, size_t len)
 {
-    static int32_t ids[1 << 16];
-    static char out[1 << 18];
+    static int32_t ids[1 << 19];
+    static char out[1 << 19];
     size_t n, got;
     for (int bos = 0; bos <= 1; bos++) {
         n = enc(s, len, bos, ids, sizeof(ids) / sizeof(ids[0]));
@@ -345,6 +345,33 @@ START_TEST(test_gpt2_vocab)
 }
 END_TEST
 
+/* Long runs are one chunk for every pre-tokenizer (and one SPM symbol list): the
+ * merge loops must be O(n log n), not O(n^2) — 256 KiB of one letter would not finish. */
+static void long_runs(void)
+{
+    const size_t len = 256 << 10;
+    char *s = malloc(len);
+    memset(s, 'a', len);
+    roundtrip(s, len);
+    memset(s, ' ', len);
+    roundtrip(s, len);
+    for (size_t i = 0; i < len; i++)
+        s[i] = "ab"[i % 2];
+    roundtrip(s, len);
+    free(s);
+}
+
+START_TEST(test_long_runs)
+{
+    load_stories();
+    long_runs();
+    unload();
+    load_mkmodel("--vocab-kind gpt2");
+    long_runs();
+    unload();
+}
+END_TEST
+
 START_TEST(test_bytes_vocab_and_padding)
 {
     load_mkmodel("--vocab-kind bytes --vocab 400");
@@ -453,6 +480,7 @@ static Suite *suite(void)
     tcase_add_test(mk, test_gpt2_vocab);
     tcase_add_test(mk, test_bytes_vocab_and_padding);
     tcase_add_test(mk, test_load_errors);
+    tcase_add_test(mk, test_long_runs);
     suite_add_tcase(s, mk);
     return s;
 }
