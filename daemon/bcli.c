@@ -140,6 +140,13 @@ static void bcli_hb_done(struct bcli *b, int status, const struct wmsg *m, void 
         status = broker_rep_ok_decode(m, &n, err);
     if (status < 0 && !b->closing)
         log_warn("broker heartbeat failed: %s %s", kvd_strerror(status), err);
+    if (status == KVD_ENOTFOUND && !b->closing && b->lease_lost_cb) {
+        log_err("the broker no longer knows lease %llu: every page it held is gone",
+                (unsigned long long)b->lease);
+        uv_timer_stop(&b->hb_timer);
+        b->lease = 0;
+        b->lease_lost_cb(b);
+    }
 }
 
 static void bcli_hb_cb(uv_timer_t *t)

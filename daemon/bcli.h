@@ -49,6 +49,9 @@ struct bcli {
     uint64_t requests, failures;
     int open_handles;
     void (*close_cb)(struct bcli *b);
+    /* Set by the owner: the broker answered a heartbeat with ENOTFOUND (lease expired,
+     * or detached by someone else). The heartbeat stops; lease is 0. */
+    void (*lease_lost_cb)(struct bcli *b);
 };
 
 /* Connects to addr (ipc://...). 0 or a negative errno. */

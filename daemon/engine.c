@@ -288,7 +288,9 @@ static void dispatch(struct kvd *d)
     for (uint32_t i = 0; i < p->n_entries; i++)
         live += p->entries[i].seq != NULL;
     if (live == 0) {
-        cycle_end(d, d->plan_had_work);
+        /* Nothing runnable (waiting for pages, or every allocation failed): retry after
+         * a pause rather than spinning on the broker. */
+        cycle_end(d, false);
         return;
     }
     d->eng = ENG_STEPPING;
@@ -523,7 +525,21 @@ void engine_close(struct kvd *d)
 
 static void cycle_start(struct kvd *d)
 {
+    if (d->reattaching) {
+        d->eng = ENG_WAITING;
+        uv_timer_start(&d->eng_timer, eng_timer_cb, BCLI_REPLY_TIMEOUT_MS / 5, 0);
+        return;
+    }
     d->eng = ENG_PREPARING;
+    if (d->lease_reset) {
+        /* The old lease's pages are gone: every running sequence recomputes. */
+        d->lease_reset = false;
+        while (d->sched.r_tail) {
+            struct kvd_req *r = d->sched.r_tail->owner;
+            sched_preempt(&d->sched, &r->seq);
+            r->holds_pages = false;
+        }
+    }
     engine_sweep(d);
     if (!d->sched.n_queued && !d->sched.n_running) {
         d->eng = ENG_IDLE;

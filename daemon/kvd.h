@@ -161,6 +161,8 @@ struct kvd {
     struct broker_spawn_ctx *broker_ready_ctx; /* while waiting for "ready" */
     struct broker_stats bstats;      /* latest stats (admin "pool" answers from it) */
     bool bstats_valid;
+    bool reattaching;                /* lease lost: attach again before the next cycle */
+    bool lease_reset;                /* new lease: every held page is gone, recompute */
     char broker_addr[PATHS_MAX];     /* ipc:// address of broker.sock */
     char broker_dir[PATHS_MAX];      /* runtime dir of the broker (broker.fd lives there) */
     /* workers */

@@ -277,6 +277,40 @@ static void attached_cb(struct bcli *b, int status, const struct wmsg *m, void *
     serving(d);
 }
 
+static void reattached_cb(struct bcli *b, int status, const struct wmsg *m, void *arg)
+{
+    struct kvd *d = b->data;
+    (void)m;
+    (void)arg;
+    if (status < 0) {
+        log_err("cannot attach to the broker again: %s", kvd_errname(status));
+        d->exit_code = KVD_EXIT_RUNTIME;
+        d->reattaching = false;
+        kvd_begin_shutdown(d, true);
+        return;
+    }
+    log_warn("attached again (lease %llu): running sequences will be recomputed",
+             (unsigned long long)b->lease);
+    d->reattaching = false;
+    d->lease_reset = true;
+    engine_kick(d);
+}
+
+static void lease_lost_cb(struct bcli *b)
+{
+    struct kvd *d = b->data;
+    if (d->shutting_down || d->reattaching)
+        return;
+    struct pool_desc expect = b->pool; /* the same pool, or refuse */
+    expect.epoch = 0;
+    d->reattaching = true;
+    if (bcli_attach(b, "kvd", &expect, reattached_cb, NULL) < 0) {
+        d->reattaching = false;
+        d->exit_code = KVD_EXIT_RUNTIME;
+        kvd_begin_shutdown(d, true);
+    }
+}
+
 static void broker_ready(struct kvd *d, int status)
 {
     if (status < 0) {
@@ -293,6 +327,7 @@ static void broker_ready(struct kvd *d, int status)
         return;
     }
     d->bc_open = true;
+    d->bc.lease_lost_cb = lease_lost_cb;
     struct pool_desc expect;
     memset(&expect, 0, sizeof(expect));
     expect.model_fp = d->model.fp;
@@ -318,6 +353,10 @@ static int resolve_broker(struct kvd *d)
         return 0;
     }
     snprintf(d->broker_dir, sizeof(d->broker_dir), "%s", b);
+    if (strcmp(d->broker_dir, d->rundir) != 0)
+        log_warn("--broker dir '%s' differs from the runtime dir '%s': workers look for "
+                 "broker.fd in the runtime dir",
+                 d->broker_dir, d->rundir);
     return paths_ipc_addr(d->broker_addr, sizeof(d->broker_addr), b, PATHS_SOCK_BROKER);
 }
 

@@ -15,7 +15,7 @@ static void nnuv_drain_recv(struct nnuv *n)
         int r = nn_recv(n->sock, &buf, NN_MSG, NN_DONTWAIT);
         if (r < 0) {
             int e = nn_errno();
-            if (e != EAGAIN && e != EINTR && e != ETERM && e != EBADF)
+            if (e != EAGAIN && e != EINTR && e != ETERM && e != EBADF && e != EFSM)
                 log_warn("nanomsg receive failed on socket %d: %s", n->sock, nn_strerror(e));
             return;
         }

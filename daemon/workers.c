@@ -184,8 +184,6 @@ static void worker_spawn(struct kvd_worker *w)
     args[a++] = idx;
     args[a++] = "--runtime-dir";
     args[a++] = d->rundir;
-    args[a++] = "--broker-dir";
-    args[a++] = d->broker_dir;
     args[a++] = "--model";
     args[a++] = d->model.path;
     args[a++] = "--threads";
