@@ -13,6 +13,7 @@
 #include "../unit/fwd_harness.h"
 
 #include "common/gguf.h"
+#include "common/tok.h"
 #include "proto/step_msg.h"
 
 #include <fcntl.h>
@@ -239,6 +240,20 @@ START_TEST(test_worker_golden_two_seqs)
     h_ref_greedy(P.model, GOLDEN_PROMPT, GOLDEN_TOKENS, prompt, &n_prompt, ref, text,
                  sizeof(text));
     ck_assert_str_eq(text, GOLDEN_TEXT);
+    /* kvd's own tokenizer agrees with the reference's encoding of the prompt */
+    struct gguf_file g;
+    struct tok tk;
+    char gerr[GGUF_ERR_LEN];
+    int32_t ids[64], gen_ids[GOLDEN_TOKENS];
+    size_t n_ids = 0, text_len = 0;
+    ck_assert_int_eq(gguf_open(&g, P.model, gerr), 0);
+    ck_assert_int_eq(tok_load(&tk, &g, gerr), 0);
+    gguf_close(&g);
+    ck_assert_int_eq(tok_encode(&tk, GOLDEN_PROMPT, strlen(GOLDEN_PROMPT), true, ids, 64, &n_ids),
+                     0);
+    ck_assert_uint_eq(n_ids, n_prompt);
+    for (uint32_t i = 0; i < n_prompt; i++)
+        ck_assert_uint_eq((uint32_t)ids[i], prompt[i]);
     start_all();
     /* two sequences with the same prompt on different, scrambled pages */
     uint32_t ta[64], tb[64], bta[3] = {7, 2, 30}, btb[3] = {11, 40, 5}, n = n_prompt;
@@ -264,6 +279,7 @@ START_TEST(test_worker_golden_two_seqs)
         ck_assert_uint_eq(r.seqs[1].token, r.seqs[0].token);
         ck_assert_uint_eq(r.seqs[0].n_top, 2);
         ck_assert_uint_eq(r.seqs[1].n_top, 0);
+        gen_ids[i] = (int32_t)r.seqs[0].token;
         ta[n] = tb[n] = r.seqs[0].token;
         n++;
         q[0].tokens = ta + n - 1;
@@ -272,6 +288,12 @@ START_TEST(test_worker_golden_two_seqs)
         q[0].pos0 = q[1].pos0 = n - 1;
         step_result_release(&r);
     }
+    /* and the worker's tokens, decoded by kvd's tokenizer, spell the published sample */
+    ck_assert_int_eq(tok_decode(&tk, gen_ids, GOLDEN_TOKENS, 0, text, sizeof(text) - 1,
+                                &text_len), 0);
+    text[text_len] = '\0';
+    ck_assert_str_eq(text, GOLDEN_TEXT);
+    tok_release(&tk);
 }
 END_TEST
 
