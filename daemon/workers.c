@@ -26,6 +26,7 @@
 #define WORKER_ARGV_MAX 24
 
 static void worker_spawn(struct kvd_worker *w);
+static int worker_bind(struct kvd_worker *w);
 
 uint32_t workers_idle(const struct kvd *d)
 {
@@ -83,7 +84,15 @@ static void worker_recv_cb(struct nnuv *n, const void *buf, size_t len)
     if (wmsg_is(&m, "hello")) {
         worker_on_hello(w, &m);
     } else if (wmsg_is(&m, "result") || wmsg_is(&m, "err")) {
-        if (w->state == KW_BUSY) {
+        uint64_t sid = 0;
+        if (wmsg_is(&m, "err"))
+            sid = step_err_step_id(&m);
+        else if (wire_u64(&m.root, "step_id", true, 0, UINT64_MAX, &sid, err) < 0)
+            sid = 0;
+        if (w->state == KW_BUSY && sid != w->step_id) {
+            log_warn("worker %u: reply for step %llu while %llu is in flight (dropped)",
+                     w->index, (unsigned long long)sid, (unsigned long long)w->step_id);
+        } else if (w->state == KW_BUSY) {
             uv_timer_stop(&w->timer);
             w->state = KW_IDLE;
             w->steps++;
@@ -127,9 +136,22 @@ int worker_send_step(struct kvd *d, struct kvd_worker *w, struct wbuf *step, uin
 static void worker_restart_cb(uv_timer_t *t)
 {
     struct kvd_worker *w = t->data;
-    if (!w->d->shutting_down && w->state == KW_RESTARTING)
-        worker_spawn(w);
+    if (w->d->shutting_down || w->state != KW_RESTARTING)
+        return;
+    if (w->nn_open) { /* the old socket is still closing */
+        uv_timer_start(&w->timer, worker_restart_cb, KVD_WORKER_BACKOFF_MIN_MS, 0);
+        return;
+    }
+    int rc = worker_bind(w);
+    if (rc < 0) {
+        log_err("worker %u: cannot bind its socket: %s", w->index, kvd_strerror(rc));
+        uv_timer_start(&w->timer, worker_restart_cb, KVD_WORKER_BACKOFF_MAX_MS, 0);
+        return;
+    }
+    worker_spawn(w);
 }
+
+static void worker_nn_closed(struct nnuv *n);
 
 static void worker_proc_closed(uv_handle_t *h)
 {
@@ -163,6 +185,8 @@ static void worker_exit_cb(uv_process_t *p, int64_t status, int sig)
                  (long long)status, sig, was_busy ? " during a step" : "", w->backoff_ms);
         w->state = KW_RESTARTING;
         w->restarts++;
+        if (w->nn_open && !w->nn.closing)
+            nnuv_close(&w->nn, worker_nn_closed);
         uv_timer_start(&w->timer, worker_restart_cb, w->backoff_ms, 0);
     }
     if (was_busy)
@@ -213,6 +237,38 @@ static void worker_spawn(struct kvd_worker *w)
     log_info("spawned worker %u (pid %d)", w->index, (int)w->pid);
 }
 
+/* Binds worker-N.sock afresh: a new socket carries nothing queued for a dead
+ * incarnation (a stale step must never reach the next one). */
+static int worker_bind(struct kvd_worker *w)
+{
+    struct kvd *d = w->d;
+    char name[32], addr[PATHS_MAX], path[PATHS_MAX];
+    snprintf(name, sizeof(name), PATHS_SOCK_WORKER_FMT, (int)w->index);
+    if (paths_ipc_addr(addr, sizeof(addr), d->rundir, name) < 0 ||
+        paths_join(path, sizeof(path), d->rundir, name) < 0)
+        return -ENAMETOOLONG;
+    unlink(path); /* a stale socket of a crashed kvd or incarnation */
+    int s = nn_socket(AF_SP, NN_PAIR);
+    if (s < 0)
+        return -nn_errno();
+    int maxsz = -1;
+    nn_setsockopt(s, NN_SOL_SOCKET, NN_RCVMAXSIZE, &maxsz, sizeof(maxsz));
+    if (nn_bind(s, addr) < 0) {
+        int e = nn_errno();
+        log_err("cannot bind '%s': %s", addr, nn_strerror(e));
+        nn_close(s);
+        return -e;
+    }
+    chmod(path, 0660);
+    int rc = nnuv_init(&w->nn, d->loop, s, worker_recv_cb, w);
+    if (rc < 0) {
+        nn_close(s);
+        return rc;
+    }
+    w->nn_open = true;
+    return 0;
+}
+
 int workers_start(struct kvd *d)
 {
     d->workers = calloc(d->cfg.workers, sizeof(*d->workers));
@@ -221,36 +277,15 @@ int workers_start(struct kvd *d)
     d->n_workers = d->cfg.workers;
     for (uint32_t i = 0; i < d->n_workers; i++) {
         struct kvd_worker *w = &d->workers[i];
-        char name[32], addr[PATHS_MAX], path[PATHS_MAX];
         w->d = d;
         w->index = i;
         w->slot = -1;
         w->state = KW_STOPPED;
         uv_timer_init(d->loop, &w->timer);
         w->timer.data = w;
-        snprintf(name, sizeof(name), PATHS_SOCK_WORKER_FMT, (int)i);
-        if (paths_ipc_addr(addr, sizeof(addr), d->rundir, name) < 0 ||
-            paths_join(path, sizeof(path), d->rundir, name) < 0)
-            return -ENAMETOOLONG;
-        unlink(path); /* a stale socket of a crashed kvd */
-        int s = nn_socket(AF_SP, NN_PAIR);
-        if (s < 0)
-            return -nn_errno();
-        int maxsz = -1;
-        nn_setsockopt(s, NN_SOL_SOCKET, NN_RCVMAXSIZE, &maxsz, sizeof(maxsz));
-        if (nn_bind(s, addr) < 0) {
-            int e = nn_errno();
-            log_err("cannot bind '%s': %s", addr, nn_strerror(e));
-            nn_close(s);
-            return -e;
-        }
-        chmod(path, 0660);
-        int rc = nnuv_init(&w->nn, d->loop, s, worker_recv_cb, w);
-        if (rc < 0) {
-            nn_close(s);
+        int rc = worker_bind(w);
+        if (rc < 0)
             return rc;
-        }
-        w->nn_open = true;
         worker_spawn(w);
     }
     return 0;
