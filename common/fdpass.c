@@ -127,11 +127,9 @@ int fdpass_peer_check(int sock, pid_t *pid)
     socklen_t l = sizeof(cr);
     if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cr, &l) < 0)
         return -errno;
-    if (cr.uid != geteuid())
-        return -EPERM;
     if (pid)
-        *pid = cr.pid;
-    return 0;
+        *pid = cr.pid; /* also on refusal: the caller logs who was refused */
+    return cr.uid == geteuid() ? 0 : -EPERM;
 }
 
 int fdpass_set_timeout(int sock, unsigned ms)

@@ -23,8 +23,8 @@ int fdpass_send(int sock, const void *buf, size_t len, const int *fds, size_t n_
  * -EMSGSIZE (frame or fd count over the limits), -EPIPE (peer closed early), -errno. */
 int fdpass_recv(int sock, void *buf, size_t cap, size_t *len, int *fds, size_t max_fds,
                 size_t *n_fds);
-/* SO_PEERCRED: 0 when the peer's uid equals ours (pid filled if non-NULL), -EPERM when
- * it differs, -errno. */
+/* SO_PEERCRED: 0 when the peer's uid equals ours, -EPERM when
+ * it differs (pid filled in both cases if non-NULL), -errno. */
 int fdpass_peer_check(int sock, pid_t *pid);
 /* Sets SO_RCVTIMEO and SO_SNDTIMEO to ms. 0 or -errno. */
 int fdpass_set_timeout(int sock, unsigned ms);
