@@ -16,6 +16,9 @@
  * one-line reason naming the file into it (never longer than GGUF_ERR_LEN - 1) and
  * logs nothing; the caller logs. After a failed call the out-params are untouched.
  * Threads: a gguf_file is immutable after gguf_open(); any thread may read it at once.
+ * The file must not be truncated on disk while open: a mapping past the new end would
+ * raise SIGBUS on access (model files are replaced by rename, never rewritten in place;
+ * kvd-mkmodel writes a temporary file and renames it).
  *
  * Dimension convention (as ggml): ne[0] is the innermost, contiguous dimension. A weight
  * matrix W (out × in) used as y = W x has ne = {in, out}: `out` rows of `in` elements.
