@@ -134,15 +134,28 @@ static void rmsnorm_rows(float *out, const float *x, const float *w, size_t n, s
 struct mm_job {
     float *y;
     const float *x, *W;
+    const uint16_t *Wh;      /* f16 copy of W, or NULL: then sgemm */
     size_t n, in, out, cols; /* cols: output columns per task */
     float beta;
 };
 
-/* Task i: columns [i * cols, (i + 1) * cols) of y, one single-threaded sgemm. */
+/* Task i: columns [i * cols, (i + 1) * cols) of y: one single-threaded sgemm, or for a
+ * few rows with f16 weights, dot products reading the f16 rows (half the bytes). */
 static void mm_task(void *ctx, uint32_t i)
 {
     const struct mm_job *J = ctx;
     size_t c0 = (size_t)i * J->cols, nc = J->out - c0 < J->cols ? J->out - c0 : J->cols;
+    if (J->Wh) {
+        float d[SIMD_ROWS_MAX]; /* (n,) one output column for every row */
+        for (size_t o = c0; o < c0 + nc; o++) {
+            simd_dot_f16_rows(J->x, J->in, J->Wh + o * J->in, J->in, J->n, d);
+            for (size_t r = 0; r < J->n; r++) {
+                float *y = J->y + r * J->out + o;
+                *y = J->beta != 0.0f ? *y * J->beta + d[r] : d[r];
+            }
+        }
+        return;
+    }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)J->n, (int)nc, (int)J->in, 1.0f,
                 J->x, (int)J->in, J->W + c0 * J->in, (int)J->in, J->beta, J->y + c0,
                 (int)J->out);
@@ -150,14 +163,15 @@ static void mm_task(void *ctx, uint32_t i)
 
 /* y (n, out) = x (n, in) @ W^T (+ beta * y), W (out, in) row-major. The output columns
  * are split over the compute pool (OpenBLAS itself runs single-threaded: one pool of
- * threads for everything, no BLAS threads spinning against ours). */
-static void matmul(const struct fwd *f, float *y, const float *x, const float *W, size_t n,
-                   size_t in, size_t out, float beta)
+ * threads for everything, no BLAS threads spinning against ours). Up to
+ * FWD_F16_ROWS_MAX rows use the f16 weights Wh when the model has them. */
+static void matmul(const struct fwd *f, float *y, const float *x, const float *W,
+                   const uint16_t *Wh, size_t n, size_t in, size_t out, float beta)
 {
     size_t tasks = (size_t)f->tp->n_threads * FWD_MM_TASKS_PER_THREAD;
     size_t cols = (out + tasks - 1) / tasks;
     cols = (cols + FWD_MM_COL_ALIGN - 1) / FWD_MM_COL_ALIGN * FWD_MM_COL_ALIGN;
-    struct mm_job job = {y, x, W, n, in, out, cols, beta};
+    struct mm_job job = {y, x, W, n <= FWD_F16_ROWS_MAX ? Wh : NULL, n, in, out, cols, beta};
     tpool_run(f->tp, mm_task, &job, (uint32_t)((out + cols - 1) / cols));
 }
 
@@ -318,18 +332,18 @@ void fwd_run(struct fwd *f, const struct kv_view *kv, const struct fwd_seq *seqs
     for (uint32_t l = 0; l < m->n_layers; l++) {
         const struct model_layer *L = &m->layers[l];
         rmsnorm_rows(f->xb, f->x, L->attn_norm, n, dim, m->eps);
-        matmul(f, f->qkv, f->xb, L->wqkv, n, dim, qkv_dim, 0.0f);
+        matmul(f, f->qkv, f->xb, L->wqkv, L->wqkv_h, n, dim, qkv_dim, 0.0f);
         fwd_attention(f, kv, seqs, l);
-        matmul(f, f->x, f->att, L->wo, n, m->q_dim, dim, 1.0f);
+        matmul(f, f->x, f->att, L->wo, L->wo_h, n, m->q_dim, dim, 1.0f);
         rmsnorm_rows(f->xb, f->x, L->ffn_norm, n, dim, m->eps);
-        matmul(f, f->h13, f->xb, L->w13, n, dim, 2 * ff, 0.0f);
+        matmul(f, f->h13, f->xb, L->w13, L->w13_h, n, dim, 2 * ff, 0.0f);
         for (size_t i = 0; i < n; i++) {
             const float *gate = f->h13 + i * 2 * ff, *up = gate + ff;
             float *h = f->hb + i * ff;
             for (size_t j = 0; j < ff; j++)
                 h[j] = gate[j] / (1.0f + expf(-gate[j])) * up[j];
         }
-        matmul(f, f->x, f->hb, L->w2, n, ff, dim, 1.0f);
+        matmul(f, f->x, f->hb, L->w2, L->w2_h, n, ff, dim, 1.0f);
     }
     rmsnorm_rows(f->xb, f->x, m->out_norm, n, dim, m->eps);
 }
@@ -340,5 +354,5 @@ void fwd_logits(struct fwd *f, const uint32_t *rows, uint32_t n, float *out)
     for (uint32_t i = 0; i < n; i++)
         memcpy(f->x + (size_t)i * m->dim, f->xb + (size_t)rows[i] * m->dim,
                m->dim * sizeof(float));
-    matmul(f, out, f->x, m->output, n, m->dim, m->vocab, 0.0f);
+    matmul(f, out, f->x, m->output, m->output_h, n, m->dim, m->vocab, 0.0f);
 }

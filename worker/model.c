@@ -8,10 +8,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+static bool model_is_f16(const struct gguf_file *g, const char *name)
+{
+    const struct gguf_tensor *t = gguf_tensor_find(g, name);
+    return t && t->type == GGUF_DT_F16;
+}
+
 /* Dequantizes tensor `name` (rows x cols, already shape-checked by gguf_llama_validate)
- * into dst, row by row. */
-static int model_copy(const struct gguf_file *g, const char *name, uint64_t rows, uint64_t cols,
-                      float *dst)
+ * into dst, row by row; when dst_h is given (the tensor is F16) copies the bits too. */
+static int model_copy_h(const struct gguf_file *g, const char *name, uint64_t rows,
+                        uint64_t cols, float *dst, uint16_t *dst_h)
 {
     const struct gguf_tensor *t = gguf_tensor_find(g, name);
     if (!t || t->n_elems != rows * cols) {
@@ -25,6 +31,8 @@ static int model_copy(const struct gguf_file *g, const char *name, uint64_t rows
         return KVD_EMODEL;
     }
     const uint8_t *src = t->data;
+    if (dst_h && t->type == GGUF_DT_F16)
+        memcpy(dst_h, src, rows * cols * sizeof(uint16_t));
     for (uint64_t r = 0; r < rows; r++) {
         int rc = gguf_dequant_row(t->type, src + r * rb, dst + r * cols, cols);
         if (rc < 0) {
@@ -36,32 +44,61 @@ static int model_copy(const struct gguf_file *g, const char *name, uint64_t rows
     return 0;
 }
 
+static int model_copy(const struct gguf_file *g, const char *name, uint64_t rows, uint64_t cols,
+                      float *dst)
+{
+    return model_copy_h(g, name, rows, cols, dst, NULL);
+}
+
 static int model_copy_layer(const struct gguf_file *g, struct model *m, uint32_t l)
 {
     struct model_layer *L = &m->layers[l];
     char n[GGUF_MAX_NAME_LEN];
     int rc;
-#define LAYER_TENSOR(suffix, rows, cols, dst)                                                  \
-    (snprintf(n, sizeof(n), "blk.%u." suffix, l), model_copy(g, n, rows, cols, dst))
-    size_t d = m->dim;
-    if ((rc = LAYER_TENSOR("attn_norm.weight", 1, d, L->attn_norm)) < 0 ||
-        (rc = LAYER_TENSOR("attn_q.weight", m->q_dim, d, L->wqkv)) < 0 ||
-        (rc = LAYER_TENSOR("attn_k.weight", m->kv_dim, d, L->wqkv + m->q_dim * d)) < 0 ||
-        (rc = LAYER_TENSOR("attn_v.weight", m->kv_dim, d,
-                           L->wqkv + (m->q_dim + m->kv_dim) * d)) < 0 ||
-        (rc = LAYER_TENSOR("attn_output.weight", d, m->q_dim, L->wo)) < 0 ||
-        (rc = LAYER_TENSOR("ffn_norm.weight", 1, d, L->ffn_norm)) < 0 ||
-        (rc = LAYER_TENSOR("ffn_gate.weight", m->ff, d, L->w13)) < 0 ||
-        (rc = LAYER_TENSOR("ffn_up.weight", m->ff, d, L->w13 + (size_t)m->ff * d)) < 0 ||
-        (rc = LAYER_TENSOR("ffn_down.weight", d, m->ff, L->w2)) < 0)
+#define LAYER_TENSOR(suffix, rows, cols, dst, dst_h)                                           \
+    (snprintf(n, sizeof(n), "blk.%u." suffix, l), model_copy_h(g, n, rows, cols, dst, dst_h))
+#define OFF(p, off) ((p) ? (p) + (off) : NULL)
+    size_t d = m->dim, qd = m->q_dim, kvd = m->kv_dim, ff = m->ff;
+    if ((rc = LAYER_TENSOR("attn_norm.weight", 1, d, L->attn_norm, NULL)) < 0 ||
+        (rc = LAYER_TENSOR("attn_q.weight", qd, d, L->wqkv, L->wqkv_h)) < 0 ||
+        (rc = LAYER_TENSOR("attn_k.weight", kvd, d, L->wqkv + qd * d, OFF(L->wqkv_h, qd * d))) <
+            0 ||
+        (rc = LAYER_TENSOR("attn_v.weight", kvd, d, L->wqkv + (qd + kvd) * d,
+                           OFF(L->wqkv_h, (qd + kvd) * d))) < 0 ||
+        (rc = LAYER_TENSOR("attn_output.weight", d, qd, L->wo, L->wo_h)) < 0 ||
+        (rc = LAYER_TENSOR("ffn_norm.weight", 1, d, L->ffn_norm, NULL)) < 0 ||
+        (rc = LAYER_TENSOR("ffn_gate.weight", ff, d, L->w13, L->w13_h)) < 0 ||
+        (rc = LAYER_TENSOR("ffn_up.weight", ff, d, L->w13 + ff * d, OFF(L->w13_h, ff * d))) < 0 ||
+        (rc = LAYER_TENSOR("ffn_down.weight", d, ff, L->w2, L->w2_h)) < 0)
         return rc;
+#undef OFF
 #undef LAYER_TENSOR
     return 0;
 }
 
-static int model_alloc_layer(struct model *m, struct model_layer *L)
+/* f16 copies only when every tensor fused into the matrix is F16 in the file. */
+static int model_alloc_layer(const struct gguf_file *g, struct model *m, uint32_t l,
+                             struct model_layer *L)
 {
     size_t d = m->dim;
+    char a[GGUF_MAX_NAME_LEN], b[GGUF_MAX_NAME_LEN], c[GGUF_MAX_NAME_LEN];
+    snprintf(a, sizeof(a), "blk.%u.attn_q.weight", l);
+    snprintf(b, sizeof(b), "blk.%u.attn_k.weight", l);
+    snprintf(c, sizeof(c), "blk.%u.attn_v.weight", l);
+    if (model_is_f16(g, a) && model_is_f16(g, b) && model_is_f16(g, c) &&
+        !(L->wqkv_h = calloc((size_t)(m->q_dim + 2 * m->kv_dim) * d, sizeof(uint16_t))))
+        return -ENOMEM;
+    snprintf(a, sizeof(a), "blk.%u.attn_output.weight", l);
+    if (model_is_f16(g, a) && !(L->wo_h = calloc(d * m->q_dim, sizeof(uint16_t))))
+        return -ENOMEM;
+    snprintf(a, sizeof(a), "blk.%u.ffn_gate.weight", l);
+    snprintf(b, sizeof(b), "blk.%u.ffn_up.weight", l);
+    if (model_is_f16(g, a) && model_is_f16(g, b) &&
+        !(L->w13_h = calloc(2 * (size_t)m->ff * d, sizeof(uint16_t))))
+        return -ENOMEM;
+    snprintf(a, sizeof(a), "blk.%u.ffn_down.weight", l);
+    if (model_is_f16(g, a) && !(L->w2_h = calloc(d * m->ff, sizeof(uint16_t))))
+        return -ENOMEM;
     L->attn_norm = calloc(d, sizeof(float));
     L->ffn_norm = calloc(d, sizeof(float));
     L->wqkv = calloc((size_t)(m->q_dim + 2 * m->kv_dim) * d, sizeof(float));
@@ -111,13 +148,18 @@ int model_load(struct model *m, const char *path)
         goto out_nomem;
     }
     gguf_llama_rope_inv_freq(&g, &m->hp, m->inv_freq);
-    if ((rc = model_copy(&g, "token_embd.weight", m->vocab, m->dim, m->tok_embd)) < 0 ||
+    const char *out_name = m->hp.tied_output ? "token_embd.weight" : "output.weight";
+    if (model_is_f16(&g, out_name) &&
+        !(m->output_h = calloc((size_t)m->vocab * m->dim, sizeof(uint16_t))))
+        goto out_nomem;
+    if ((rc = model_copy_h(&g, "token_embd.weight", m->vocab, m->dim, m->tok_embd,
+                           m->hp.tied_output ? m->output_h : NULL)) < 0 ||
         (rc = model_copy(&g, "output_norm.weight", 1, m->dim, m->out_norm)) < 0 ||
         (!m->hp.tied_output &&
-         (rc = model_copy(&g, "output.weight", m->vocab, m->dim, m->output)) < 0))
+         (rc = model_copy_h(&g, "output.weight", m->vocab, m->dim, m->output, m->output_h)) < 0))
         goto out_release;
     for (uint32_t l = 0; l < m->n_layers; l++) {
-        if (model_alloc_layer(m, &m->layers[l]) < 0) {
+        if (model_alloc_layer(&g, m, l, &m->layers[l]) < 0) {
             rc = -ENOMEM;
             goto out_nomem;
         }
@@ -145,7 +187,12 @@ void model_release(struct model *m)
         free(L->wo);
         free(L->w13);
         free(L->w2);
+        free(L->wqkv_h);
+        free(L->wo_h);
+        free(L->w13_h);
+        free(L->w2_h);
     }
+    free(m->output_h);
     free(m->layers);
     if (m->output != m->tok_embd)
         free(m->output);

@@ -90,6 +90,46 @@ static inline float simd_dot_f16(const float *a, const uint16_t *b, size_t n)
     return s;
 }
 
+/* out[r] = dot(x + r * ldx, w, n) for r < rows (<= SIMD_ROWS_MAX): each 16 f16 weights
+ * are converted once and used for every row. The body is instantiated per row count
+ * (switch below) so the accumulators live in registers. */
+#define SIMD_ROWS_MAX 8
+static inline __attribute__((always_inline)) void
+simd_dot_f16_rows_k(const float *x, size_t ldx, const uint16_t *w, size_t n, const size_t rows,
+                    float *out)
+{
+    __m512 acc[SIMD_ROWS_MAX];
+    for (size_t r = 0; r < rows; r++)
+        acc[r] = _mm512_setzero_ps();
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 wv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + i)));
+        for (size_t r = 0; r < rows; r++)
+            acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(x + r * ldx + i), wv, acc[r]);
+    }
+    for (size_t r = 0; r < rows; r++) {
+        float t = _mm512_reduce_add_ps(acc[r]);
+        for (size_t k = i; k < n; k++)
+            t += x[r * ldx + k] * simd_f16_to_f32(w[k]);
+        out[r] = t;
+    }
+}
+
+static inline void simd_dot_f16_rows(const float *x, size_t ldx, const uint16_t *w, size_t n,
+                                     size_t rows, float *out)
+{
+    switch (rows) {
+    case 1: simd_dot_f16_rows_k(x, ldx, w, n, 1, out); break;
+    case 2: simd_dot_f16_rows_k(x, ldx, w, n, 2, out); break;
+    case 3: simd_dot_f16_rows_k(x, ldx, w, n, 3, out); break;
+    case 4: simd_dot_f16_rows_k(x, ldx, w, n, 4, out); break;
+    case 5: simd_dot_f16_rows_k(x, ldx, w, n, 5, out); break;
+    case 6: simd_dot_f16_rows_k(x, ldx, w, n, 6, out); break;
+    case 7: simd_dot_f16_rows_k(x, ldx, w, n, 7, out); break;
+    default: simd_dot_f16_rows_k(x, ldx, w, n, 8, out); break;
+    }
+}
+
 /* y[i] = y[i] * c + w * x[i] */
 static inline void simd_scale_axpy_f32(float *y, float c, float w, const float *x, size_t n)
 {
@@ -203,6 +243,16 @@ static inline void simd_scale_axpy_f16(float *y, float c, float w, const uint16_
         y[i] = y[i] * c + w * simd_f16_to_f32(x[i]);
 }
 
+#endif
+
+#ifndef SIMD_ROWS_MAX
+#define SIMD_ROWS_MAX 8
+static inline void simd_dot_f16_rows(const float *x, size_t ldx, const uint16_t *w, size_t n,
+                                     size_t rows, float *out)
+{
+    for (size_t r = 0; r < rows; r++)
+        out[r] = simd_dot_f16(x + r * ldx, w, n);
+}
 #endif
 
 /* Sum of squares, used by RMSNorm (portable: the compiler vectorises it). */
