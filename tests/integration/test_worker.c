@@ -297,6 +297,41 @@ START_TEST(test_worker_golden_two_seqs)
 }
 END_TEST
 
+/* A pool of f16 pages: the worker adopts the pool's kv dtype; greedy decoding still
+ * gives the golden sample (f16 K/V moves logits by ~1e-3 relative, far below this
+ * trained model's top-1 margins on this prompt; deterministic, not a tolerance). */
+START_TEST(test_worker_f16_pool_golden)
+{
+    uint32_t prompt[64], n_prompt = 0, ref[GOLDEN_TOKENS];
+    char text[1024];
+    h_ref_greedy(P.model, GOLDEN_PROMPT, GOLDEN_TOKENS, prompt, &n_prompt, ref, text,
+                 sizeof(text));
+    const char *geom[] = {"--model", P.model, "--block-size", "8", "--kv-dtype", "f16", NULL};
+    start_broker(geom);
+    start_worker();
+    hello();
+    uint32_t t[64], bt[6] = {9, 3, 17, 0, 40, 22}, n = n_prompt;
+    memcpy(t, prompt, n * sizeof(uint32_t));
+    struct step_seq q;
+    memset(&q, 0, sizeof(q));
+    q = (struct step_seq){.seq_id = 1, .tokens = t, .n_tokens = n, .blocks = bt, .n_blocks = 6,
+                          .sample = true};
+    step_sampling_default(&q.sp);
+    struct step_msg s = {1, 1, &q};
+    for (uint32_t i = 0; i < GOLDEN_TOKENS; i++, s.step_id++) {
+        struct step_result r;
+        run_step(&s, &r);
+        ck_assert_msg(r.seqs[0].token == ref[i], "f16 pool, token %u: %u, reference %u", i,
+                      r.seqs[0].token, ref[i]);
+        t[n++] = r.seqs[0].token;
+        q.tokens = t + n - 1;
+        q.n_tokens = 1;
+        q.pos0 = n - 1;
+        step_result_release(&r);
+    }
+}
+END_TEST
+
 START_TEST(test_worker_rerun_same_token)
 {
     start_all();
@@ -393,6 +428,7 @@ int main(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_worker_golden_two_seqs);
+    tcase_add_test(tc, test_worker_f16_pool_golden);
     tcase_add_test(tc, test_worker_rerun_same_token);
     tcase_add_test(tc, test_worker_bad_steps);
     tcase_add_test(tc, test_worker_sigterm);

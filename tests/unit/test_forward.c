@@ -268,6 +268,17 @@ START_TEST(test_stories_golden_exec)
                 ck_assert_msg(fabs(r.seqs[0].prompt[t].logprob - lp) < 1e-4,
                               "prompt logprob %u: %f vs %f", t, r.seqs[0].prompt[t].logprob, lp);
             }
+            /* the sampled token's logprob and the top alternatives: log-softmax of the
+             * reference's last row */
+            const float *last = ref + (size_t)(n_prompt - 1) * h.m.vocab;
+            double lse = sampler_logsumexp(last, h.m.vocab);
+            ck_assert_float_eq_tol(r.seqs[0].logprob, last[r.seqs[0].token] - lse, 1e-4);
+            ck_assert_uint_eq(r.seqs[0].n_top, 3);
+            for (uint32_t k = 1; k < 3; k++) {
+                ck_assert(r.seqs[0].top[k].logprob <= r.seqs[0].top[k - 1].logprob);
+                ck_assert_float_eq_tol(r.seqs[0].top[k].logprob,
+                                       last[r.seqs[0].top[k].token] - lse, 1e-4);
+            }
             free(ref);
             q.prompt_logprobs = false;
         }
