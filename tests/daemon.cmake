@@ -4,6 +4,8 @@ if(TARGET kvddaemon)  # unit tests: pure modules, no processes
   kvd_unit_test(test_sched SOURCES unit/test_sched.c LIBS kvddaemon)
   kvd_unit_test(test_config SOURCES unit/test_config.c LIBS kvddaemon)
   kvd_unit_test(test_blockhash SOURCES unit/test_blockhash.c LIBS kvddaemon)
+  kvd_unit_test(test_detok SOURCES unit/test_detok.c LIBS kvddaemon)
+  kvd_unit_test(test_nnuv SOURCES unit/test_nnuv.c LIBS kvddaemon)
 endif()
 
 if(TARGET kvd AND TARGET kvdclient)
