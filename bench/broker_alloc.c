@@ -274,10 +274,10 @@ int main(int argc, char **argv)
     }
     printf("broker alloc+free round trips, %u page(s) per alloc, %d iterations\n", k, iters);
     printf("%-44s %14s %10s %10s %12s\n", "path", "pairs/s", "p50 us", "p99 us",
-           "socket/this");
+           "x socket");
     for (int i = 0; i < 4; i++)
-        printf("%-44s %14.0f %10.2f %10.2f %12.3f\n", r[i].name, r[i].per_s, r[i].p50_us,
-               r[i].p99_us, r[3].per_s / r[i].per_s);
+        printf("%-44s %14.0f %10.2f %10.2f %12.2f\n", r[i].name, r[i].per_s, r[i].p50_us,
+               r[i].p99_us, r[i].per_s / r[3].per_s);
     printf("broker overhead over bare transport: %.1f us per alloc+free (socket p50 - echo p50)\n",
            r[3].p50_us - r[2].p50_us);
     free(lat);

@@ -9,8 +9,14 @@
 #include "common/log.h"
 #include "common/pool_attach.h"
 
+#include "common/fdpass.h"
+
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <nanomsg/nn.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -373,6 +379,85 @@ START_TEST(test_model_flag)
 }
 END_TEST
 
+/* A fake broker.fd that sends frame bytes (and fd, if >= 0), then closes. */
+static pid_t fake_fd_server(const char *path, const void *frame, size_t len, int fd)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    ck_assert_uint_lt(strlen(path), sizeof(sa.sun_path));
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    int l = socket(AF_UNIX, SOCK_STREAM, 0);
+    ck_assert_int_ge(l, 0);
+    ck_assert_int_eq(bind(l, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    ck_assert_int_eq(listen(l, 1), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int c = accept(l, NULL, NULL);
+        _exit(c >= 0 && fdpass_send(c, frame, len, &fd, fd >= 0) == 0 ? 0 : 1);
+    }
+    close(l);
+    return pid;
+}
+
+/* pool_attach refuses bad hand-over frames with KVD_EMSG and leaks no fd. */
+START_TEST(test_attach_bad_frames)
+{
+    char dir[] = "/tmp/kvd-bt-XXXXXX", path[PATHS_MAX];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    paths_join(path, sizeof(path), dir, PATHS_SOCK_FD);
+    struct pool_desc d;
+    memset(&d, 0, sizeof(d));
+    ck_assert_int_eq(kv_geom_init(&d.geom, 2, 2, 8, 4, KV_DTYPE_F32), 0);
+    d.backend = MEM_BACKEND_HOST;
+    d.layout_version = KV_LAYOUT_VERSION;
+    ck_assert_int_eq(pool_desc_layout(&d, 1 << 20, 4096, 1), 0);
+    uint8_t frame[256];
+    size_t n = 0;
+    const uint32_t magic = POOL_ATTACH_MAGIC, ver = POOL_ATTACH_VERSION, zero = 0;
+    memcpy(frame, &magic, 4);
+    memcpy(frame + 4, &ver, 4);
+    n = 8 + pool_desc_encode(&d, frame + 8, sizeof(frame) - 8);
+    memcpy(frame + n, &zero, 4);
+    n += 4;
+    struct {
+        const char *what;
+        size_t len;
+        uint32_t patch_off, patch_val;
+    } cases[] = {
+        {"truncated descriptor", 40, 0, 0},
+        {"wrong magic", 0, 0, 0x12345678},
+        {"wrong version", 0, 4, 99},
+        {"blob length past the frame", 0, 8 + POOL_DESC_WIRE_BYTES, 1000},
+        {"no fd for a host pool", 0, 0, POOL_ATTACH_MAGIC},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        uint8_t f[256];
+        memcpy(f, frame, n);
+        if (cases[i].patch_val)
+            memcpy(f + cases[i].patch_off, &cases[i].patch_val, 4);
+        unlink(path);
+        pid_t pid = fake_fd_server(path, f, cases[i].len ? cases[i].len : n, -1);
+        struct mem_pool mp;
+        int rc = pool_attach(path, NULL, &mp);
+        ck_assert_msg(rc != 0, "%s: accepted", cases[i].what);
+        ck_assert_ptr_null(mp.base);
+        int st;
+        waitpid(pid, &st, 0);
+    }
+    /* a descriptor that claims more bytes than the memfd holds */
+    int fd = memfd_create("fake", MFD_ALLOW_SEALING);
+    ck_assert_int_eq(ftruncate(fd, 4096), 0);
+    ck_assert_int_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+    unlink(path);
+    pid_t pid = fake_fd_server(path, frame, n, fd);
+    struct mem_pool mp;
+    ck_assert_int_eq(pool_attach(path, NULL, &mp), -EINVAL);
+    waitpid(pid, NULL, 0);
+    close(fd);
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
 int main(void)
 {
     log_setup("test_broker_proc", LOG_LEVEL_WARN);
@@ -386,6 +471,7 @@ int main(void)
     tcase_add_test(tc, test_second_broker_refused);
     tcase_add_test(tc, test_command_line);
     tcase_add_test(tc, test_model_flag);
+    tcase_add_test(tc, test_attach_bad_frames);
     tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
