@@ -282,7 +282,8 @@ int gguf_llama_hparams(const struct gguf_file *g, struct gguf_llama_hparams *hp,
  * {n_embd, n_head*head_dim}, blk.L.attn_k.weight / attn_v.weight {n_embd,
  * n_head_kv*head_dim}, blk.L.attn_output.weight {n_head*head_dim, n_embd},
  * blk.L.ffn_norm.weight {n_embd}, blk.L.ffn_gate.weight / ffn_up.weight {n_embd, n_ff},
- * blk.L.ffn_down.weight {n_ff, n_embd}. Norm weights must be F32. Returns 0, -ENOENT
+ * blk.L.ffn_down.weight {n_ff, n_embd}. Norm weights must be F32; the tokenizer (when
+ * present) must not have more tokens than n_vocab. Returns 0, -ENOENT
  * or KVD_EMODEL with err naming the first bad tensor. */
 int gguf_llama_validate(const struct gguf_file *g, const struct gguf_llama_hparams *hp,
                         char err[GGUF_ERR_LEN]);

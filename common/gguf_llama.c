@@ -239,6 +239,13 @@ int gguf_llama_validate(const struct gguf_file *g, const struct gguf_llama_hpara
     char nm[64];
     int rc;
 
+    struct gguf_arr toks;
+    if (gguf_get_arr(g, "tokenizer.ggml.tokens", GGUF_VT_STRING, &toks, NULL) == 0 &&
+        toks.n > hp->n_vocab) { /* the tokenizer could emit ids with no embedding row */
+        seterr(err, g->path, "the tokenizer has %llu tokens but the model only %u embedding rows",
+               (unsigned long long)toks.n, hp->n_vocab);
+        return KVD_EMODEL;
+    }
     if ((rc = check(g, "token_embd.weight", 2, e, hp->n_vocab, false, err)) ||
         (rc = check(g, "output_norm.weight", 1, e, 1, true, err)))
         return rc;

@@ -146,12 +146,16 @@ static void mm_task(void *ctx, uint32_t i)
     const struct mm_job *J = ctx;
     size_t c0 = (size_t)i * J->cols, nc = J->out - c0 < J->cols ? J->out - c0 : J->cols;
     if (J->Wh) {
-        float d[SIMD_ROWS_MAX]; /* (n,) one output column for every row */
+        float d[SIMD_ROWS_MAX]; /* (<= SIMD_ROWS_MAX,) one output column, a group of rows */
         for (size_t o = c0; o < c0 + nc; o++) {
-            simd_dot_f16_rows(J->x, J->in, J->Wh + o * J->in, J->in, J->n, d);
-            for (size_t r = 0; r < J->n; r++) {
-                float *y = J->y + r * J->out + o;
-                *y = J->beta != 0.0f ? *y * J->beta + d[r] : d[r];
+            const uint16_t *w = J->Wh + o * J->in; /* (in,) stays in L1 across row groups */
+            for (size_t r0 = 0; r0 < J->n; r0 += SIMD_ROWS_MAX) {
+                size_t nr = J->n - r0 < SIMD_ROWS_MAX ? J->n - r0 : SIMD_ROWS_MAX;
+                simd_dot_f16_rows(J->x + r0 * J->in, J->in, w, J->in, nr, d);
+                for (size_t r = 0; r < nr; r++) {
+                    float *y = J->y + (r0 + r) * J->out + o;
+                    *y = J->beta != 0.0f ? *y * J->beta + d[r] : d[r];
+                }
             }
         }
         return;

@@ -99,18 +99,22 @@ simd_dot_f16_rows_k(const float *x, size_t ldx, const uint16_t *w, size_t n, con
                     float *out)
 {
     __m512 acc[SIMD_ROWS_MAX];
+#pragma GCC unroll 8
     for (size_t r = 0; r < rows; r++)
         acc[r] = _mm512_setzero_ps();
     size_t i = 0;
     for (; i + 16 <= n; i += 16) {
         __m512 wv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + i)));
+#pragma GCC unroll 8
         for (size_t r = 0; r < rows; r++)
             acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(x + r * ldx + i), wv, acc[r]);
     }
+    const size_t tail = n - i; /* < 16 elements, scalar */
+#pragma GCC unroll 8
     for (size_t r = 0; r < rows; r++) {
         float t = _mm512_reduce_add_ps(acc[r]);
-        for (size_t k = i; k < n; k++)
-            t += x[r * ldx + k] * simd_f16_to_f32(w[k]);
+        for (size_t k = 0; k < tail; k++)
+            t += x[r * ldx + i + k] * simd_f16_to_f32(w[i + k]);
         out[r] = t;
     }
 }

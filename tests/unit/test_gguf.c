@@ -389,6 +389,35 @@ START_TEST(test_mini_faults)
     ck_assert_int_eq(mini_check(&m, err), KVD_EMODEL);
     ck_assert_ptr_nonnull(strstr(err, "head_count_kv 3"));
 
+    m = MINI; /* more tokenizer tokens than embedding rows */
+    uint8_t *buf;
+    size_t len;
+    struct gguf_file g;
+    struct gguf_llama_hparams hp;
+    {
+        struct gguf_writer w;
+        const char *toks[41];
+        for (int i = 0; i < 41; i++)
+            toks[i] = "t";
+        gguf_writer_init(&w);
+        gguf_writer_str(&w, "general.architecture", "llama");
+        gguf_writer_u32(&w, "llama.context_length", 128);
+        gguf_writer_u32(&w, "llama.embedding_length", 32);
+        gguf_writer_u32(&w, "llama.block_count", 1);
+        gguf_writer_u32(&w, "llama.feed_forward_length", 64);
+        gguf_writer_u32(&w, "llama.attention.head_count", 4);
+        gguf_writer_u32(&w, "llama.vocab_size", 40);
+        gguf_writer_arr_str(&w, "tokenizer.ggml.tokens", toks, NULL, 41);
+        ck_assert_int_eq(gguf_writer_write_mem(&w, &buf, &len), 0);
+        gguf_writer_release(&w);
+        ck_assert_int_eq(gguf_open_mem(&g, buf, len, "mini.gguf", err), 0);
+        ck_assert_int_eq(gguf_llama_hparams(&g, &hp, err), 0);
+        ck_assert_int_eq(gguf_llama_validate(&g, &hp, err), KVD_EMODEL);
+        ck_assert_ptr_nonnull(strstr(err, "41 tokens but the model only 40"));
+        gguf_close(&g);
+        free(buf);
+    }
+
     m = MINI;
     m.skip = "output_norm.weight";
     ck_assert_int_eq(mini_check(&m, err), -ENOENT);
