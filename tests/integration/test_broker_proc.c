@@ -458,6 +458,43 @@ START_TEST(test_attach_bad_frames)
 }
 END_TEST
 
+/* Under systemd: READY=1 once serving, STATUS= lines, WATCHDOG=1 when asked for. */
+START_TEST(test_sd_notify)
+{
+    char dir[] = "/tmp/kvd-bt-XXXXXX", path[PATHS_MAX];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    paths_join(path, sizeof(path), dir, "notify");
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    int n = socket(AF_UNIX, SOCK_DGRAM, 0);
+    ck_assert_int_eq(bind(n, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    ck_assert_int_eq(fdpass_set_timeout(n, 3000), 0);
+    setenv("NOTIFY_SOCKET", path, 1);
+    setenv("WATCHDOG_USEC", "200000", 1);
+    struct bh h;
+    const char *extra[] = {"--pool-bytes", "1M", NULL};
+    ck_assert_int_eq(bh_start(&h, extra, NULL), 0);
+    bool ready = false, status = false, watchdog = false;
+    char buf[512];
+    for (int i = 0; i < 50 && !(ready && status && watchdog); i++) {
+        ssize_t k = recv(n, buf, sizeof(buf) - 1, 0);
+        if (k <= 0)
+            break;
+        buf[k] = '\0';
+        ready |= strstr(buf, "READY=1") != NULL;
+        status |= strstr(buf, "STATUS=") != NULL && strstr(buf, "pages") != NULL;
+        watchdog |= strstr(buf, "WATCHDOG=1") != NULL;
+    }
+    ck_assert(ready);
+    ck_assert(status);
+    ck_assert(watchdog);
+    ck_assert_int_eq(bh_stop(&h), 0);
+    close(n);
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
 int main(void)
 {
     log_setup("test_broker_proc", LOG_LEVEL_WARN);
@@ -472,6 +509,7 @@ int main(void)
     tcase_add_test(tc, test_command_line);
     tcase_add_test(tc, test_model_flag);
     tcase_add_test(tc, test_attach_bad_frames);
+    tcase_add_test(tc, test_sd_notify);
     tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
