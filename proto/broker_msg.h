@@ -39,6 +39,12 @@
  * ENOTFOUND (unknown lease, or a block index past seq's pages), EMISMATCH, ENOPAGES,
  * EBUSY (lookup on a seq that holds pages), EOVERLOAD (BROKER_LEASES_MAX leases).
  *
+ * Clients (nanomsg NN_REQ on ipc://DIR/broker.sock): set NN_REQ_RESEND_IVL far above any
+ * real reply time (requests such as alloc are not idempotent, a resend would run twice);
+ * heartbeat at most every lease_timeout_ms / 3 when idle; keep the received buffer alive
+ * while the parsed wmsg (and anything decoded by pointer) is in use. The broker answers
+ * in order, one request at a time, and never blocks on a client.
+ *
  * Encoders append one complete message to a fresh or reset wbuf and return 0, or -EINVAL
  * (argument over a limit; nothing written). Reply decoders take a parsed wmsg: on an
  * "err" reply they return its code and copy its msg into err; on another type, KVD_EMSG.
