@@ -2,12 +2,12 @@
  * the tensor checklist, rotary frequencies and the model fingerprint (contract: gguf.h). */
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <xxhash.h>
 
 #include "common/err.h"
+#include "common/gguf_impl.h"
 #include "common/gguf.h"
 
 #define LLAMA_DEFAULT_ROPE_BASE 10000.0f /* Llama 2's theta, when the key is absent */
@@ -15,32 +15,19 @@
 #define LLAMA3_DEFAULT_LOW_FREQ 1.0f     /* Meta's reference (Llama 3.1) */
 #define LLAMA3_DEFAULT_HIGH_FREQ 4.0f
 
-static void seterr(char *err, const char *name, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, const char *name, const char *fmt, ...)
-{
-    int k = snprintf(err, GGUF_ERR_LEN, "'%s': ", name);
-    if (k < 0 || k >= GGUF_ERR_LEN)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err + k, (size_t)(GGUF_ERR_LEN - k), fmt, ap);
-    va_end(ap);
-}
-
 /* Required u32 key in [1, max]. */
 static int need_u32(const struct gguf_file *g, const char *key, uint32_t max, uint32_t *out,
                     char *err)
 {
     int rc = gguf_get_u32(g, key, out, err);
     if (rc == -ENOENT) {
-        seterr(err, g->path, "metadata '%s' is missing", key);
+        gguf_seterr(err, g->path, "metadata '%s' is missing", key);
         return KVD_EMODEL;
     }
     if (rc)
         return rc;
     if (*out == 0 || *out > max) {
-        seterr(err, g->path, "metadata '%s' = %u is out of range (1..%u)", key, *out, max);
+        gguf_seterr(err, g->path, "metadata '%s' = %u is out of range (1..%u)", key, *out, max);
         return KVD_EMODEL;
     }
     return 0;
@@ -57,7 +44,7 @@ static int opt_f32(const struct gguf_file *g, const char *key, float *out, char 
 {
     int rc = gguf_get_f32(g, key, out, err);
     if (rc == 0 && !isfinite(*out)) {
-        seterr(err, g->path, "metadata '%s' is not a finite number", key);
+        gguf_seterr(err, g->path, "metadata '%s' is not a finite number", key);
         return KVD_EMODEL;
     }
     return rc == -ENOENT ? 0 : rc;
@@ -82,14 +69,14 @@ static int read_rope_scaling(const struct gguf_file *g, struct gguf_llama_hparam
     else if (gguf_str_eq(type, "llama3"))
         hp->rope_scaling = GGUF_ROPE_SCALING_LLAMA3;
     else {
-        seterr(err, g->path, "rope scaling '%.*s' is not supported (none, linear, llama3)",
+        gguf_seterr(err, g->path, "rope scaling '%.*s' is not supported (none, linear, llama3)",
                (int)(type.len > 32 ? 32 : type.len), type.p);
         return KVD_EMODEL;
     }
     if ((rc = opt_f32(g, "llama.rope.scaling.factor", &hp->rope_factor, err)))
         return rc;
     if (!(hp->rope_factor >= 1.0f)) {
-        seterr(err, g->path, "llama.rope.scaling.factor = %g, must be >= 1",
+        gguf_seterr(err, g->path, "llama.rope.scaling.factor = %g, must be >= 1",
                (double)hp->rope_factor);
         return KVD_EMODEL;
     }
@@ -103,7 +90,7 @@ static int read_rope_scaling(const struct gguf_file *g, struct gguf_llama_hparam
         return rc;
     if (!(hp->rope_high_freq_factor > hp->rope_low_freq_factor) ||
         !(hp->rope_low_freq_factor > 0.0f)) {
-        seterr(err, g->path, "llama3 rope: need 0 < low_freq_factor (%g) < high_freq_factor (%g)",
+        gguf_seterr(err, g->path, "llama3 rope: need 0 < low_freq_factor (%g) < high_freq_factor (%g)",
                (double)hp->rope_low_freq_factor, (double)hp->rope_high_freq_factor);
         return KVD_EMODEL;
     }
@@ -121,11 +108,11 @@ int gguf_llama_hparams(const struct gguf_file *g, struct gguf_llama_hparams *out
 
     if ((rc = gguf_get_str(g, "general.architecture", &arch, err))) {
         if (rc == -ENOENT)
-            seterr(err, g->path, "metadata 'general.architecture' is missing");
+            gguf_seterr(err, g->path, "metadata 'general.architecture' is missing");
         return KVD_EMODEL;
     }
     if (!gguf_str_eq(arch, "llama")) {
-        seterr(err, g->path, "architecture '%.*s' is not supported (kvd runs 'llama' only)",
+        gguf_seterr(err, g->path, "architecture '%.*s' is not supported (kvd runs 'llama' only)",
                (int)(arch.len > 64 ? 64 : arch.len), arch.p);
         return KVD_EMODEL;
     }
@@ -134,7 +121,7 @@ int gguf_llama_hparams(const struct gguf_file *g, struct gguf_llama_hparams *out
     if ((rc = opt_u32(g, "llama.expert_count", &u, err)))
         return rc;
     if (u > 0) {
-        seterr(err, g->path, "mixture-of-experts llama (%u experts) is not supported", u);
+        gguf_seterr(err, g->path, "mixture-of-experts llama (%u experts) is not supported", u);
         return KVD_EMODEL;
     }
     if ((rc = need_u32(g, "llama.embedding_length", GGUF_LLAMA_MAX_EMBD, &hp.n_embd, err)) ||
@@ -147,13 +134,13 @@ int gguf_llama_hparams(const struct gguf_file *g, struct gguf_llama_hparams *out
     if ((rc = opt_u32(g, "llama.attention.head_count_kv", &hp.n_head_kv, err)))
         return rc;
     if (hp.n_head_kv == 0 || hp.n_head % hp.n_head_kv) {
-        seterr(err, g->path, "head_count_kv %u does not divide head_count %u", hp.n_head_kv,
+        gguf_seterr(err, g->path, "head_count_kv %u does not divide head_count %u", hp.n_head_kv,
                hp.n_head);
         return KVD_EMODEL;
     }
     hp.head_dim = hp.n_embd / hp.n_head;
     if (!gguf_kv_find(g, "llama.attention.key_length") && hp.n_embd % hp.n_head) {
-        seterr(err, g->path, "head_count %u does not divide embedding_length %u", hp.n_head,
+        gguf_seterr(err, g->path, "head_count %u does not divide embedding_length %u", hp.n_head,
                hp.n_embd);
         return KVD_EMODEL;
     }
@@ -163,12 +150,12 @@ int gguf_llama_hparams(const struct gguf_file *g, struct gguf_llama_hparams *out
     if ((rc = opt_u32(g, "llama.attention.value_length", &u, err)))
         return rc;
     if (u != hp.head_dim) {
-        seterr(err, g->path, "value_length %u differs from key_length %u (not supported)", u,
+        gguf_seterr(err, g->path, "value_length %u differs from key_length %u (not supported)", u,
                hp.head_dim);
         return KVD_EMODEL;
     }
     if (hp.head_dim == 0 || hp.head_dim % 2 || hp.head_dim > GGUF_LLAMA_MAX_HEAD_DIM) {
-        seterr(err, g->path, "head dimension %u must be even and in 2..%d", hp.head_dim,
+        gguf_seterr(err, g->path, "head dimension %u must be even and in 2..%d", hp.head_dim,
                GGUF_LLAMA_MAX_HEAD_DIM);
         return KVD_EMODEL;
     }
@@ -176,7 +163,7 @@ int gguf_llama_hparams(const struct gguf_file *g, struct gguf_llama_hparams *out
     if ((rc = opt_u32(g, "llama.rope.dimension_count", &n_rot, err)))
         return rc;
     if (n_rot != hp.head_dim) {
-        seterr(err, g->path, "partial rotary (rope.dimension_count %u of head dim %u) is not "
+        gguf_seterr(err, g->path, "partial rotary (rope.dimension_count %u of head dim %u) is not "
                              "supported", n_rot, hp.head_dim);
         return KVD_EMODEL;
     }
@@ -186,7 +173,7 @@ int gguf_llama_hparams(const struct gguf_file *g, struct gguf_llama_hparams *out
         (rc = opt_f32(g, "llama.attention.layer_norm_rms_epsilon", &hp.rms_norm_eps, err)))
         return rc;
     if (!(hp.rope_freq_base > 1.0f) || !(hp.rms_norm_eps > 0.0f) || hp.rms_norm_eps > 1.0f) {
-        seterr(err, g->path, "rope.freq_base %g or rms epsilon %g out of range",
+        gguf_seterr(err, g->path, "rope.freq_base %g or rms epsilon %g out of range",
                (double)hp.rope_freq_base, (double)hp.rms_norm_eps);
         return KVD_EMODEL;
     }
@@ -205,7 +192,7 @@ int gguf_llama_hparams(const struct gguf_file *g, struct gguf_llama_hparams *out
     if (rc)
         return rc;
     if (hp.n_vocab == 0 || hp.n_vocab > GGUF_LLAMA_MAX_VOCAB) {
-        seterr(err, g->path, "vocabulary size %u is out of range (1..%u)", hp.n_vocab,
+        gguf_seterr(err, g->path, "vocabulary size %u is out of range (1..%u)", hp.n_vocab,
                GGUF_LLAMA_MAX_VOCAB);
         return KVD_EMODEL;
     }
@@ -224,7 +211,7 @@ static int check(const struct gguf_file *g, const char *name, uint32_t n_dims, u
     if (rc)
         return rc;
     if (f32_only && t->type != GGUF_DT_F32) {
-        seterr(err, g->path, "tensor '%s' has type %s, expected F32", name,
+        gguf_seterr(err, g->path, "tensor '%s' has type %s, expected F32", name,
                gguf_dtype_name(t->type));
         return KVD_EMODEL;
     }
@@ -242,7 +229,7 @@ int gguf_llama_validate(const struct gguf_file *g, const struct gguf_llama_hpara
     struct gguf_arr toks;
     if (gguf_get_arr(g, "tokenizer.ggml.tokens", GGUF_VT_STRING, &toks, NULL) == 0 &&
         toks.n > hp->n_vocab) { /* the tokenizer could emit ids with no embedding row */
-        seterr(err, g->path, "the tokenizer has %llu tokens but the model only %u embedding rows",
+        gguf_seterr(err, g->path, "the tokenizer has %llu tokens but the model only %u embedding rows",
                (unsigned long long)toks.n, hp->n_vocab);
         return KVD_EMODEL;
     }

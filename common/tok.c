@@ -3,30 +3,17 @@
 #include "common/tok.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/err.h"
+#include "common/gguf_impl.h"
 #include "common/tok_impl.h"
 
 #define TOK_SPM_SPACE "\xe2\x96\x81" /* U+2581 LOWER ONE EIGHTH BLOCK: SentencePiece's space */
 #define TOK_SPM_SPACE_LEN 3
 #define TOK_NO_ID UINT32_MAX         /* how GGUF files spell "no such token" */
-
-static void seterr(char *err, const char *name, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, const char *name, const char *fmt, ...)
-{
-    int k = snprintf(err, TOK_ERR_LEN, "'%s': ", name);
-    if (k < 0 || k >= TOK_ERR_LEN)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err + k, (size_t)(TOK_ERR_LEN - k), fmt, ap);
-    va_end(ap);
-}
 
 static uint64_t fnv1a(const char *s, size_t len)
 {
@@ -113,7 +100,7 @@ static int read_id(const struct gguf_file *g, const char *key, uint32_t n_vocab,
     if (v >= n_vocab) {
         if (!strict)
             return 0;
-        seterr(err, g->path, "%s = %u is outside the vocabulary (%u tokens)", key, v, n_vocab);
+        gguf_seterr(err, g->path, "%s = %u is outside the vocabulary (%u tokens)", key, v, n_vocab);
         return KVD_EMODEL;
     }
     *out = (int32_t)v;
@@ -177,11 +164,11 @@ static int load_vocab(struct tok *t, const struct gguf_file *g, char *err)
 
     if ((rc = gguf_get_arr(g, "tokenizer.ggml.tokens", GGUF_VT_STRING, &toks, err))) {
         if (rc == -ENOENT)
-            seterr(err, g->path, "metadata 'tokenizer.ggml.tokens' is missing");
+            gguf_seterr(err, g->path, "metadata 'tokenizer.ggml.tokens' is missing");
         return KVD_EMODEL;
     }
     if (toks.n == 0 || toks.n > TOK_MAX_VOCAB) {
-        seterr(err, g->path, "vocabulary has %llu tokens (1..%u allowed)",
+        gguf_seterr(err, g->path, "vocabulary has %llu tokens (1..%u allowed)",
                (unsigned long long)toks.n, TOK_MAX_VOCAB);
         return KVD_EMODEL;
     }
@@ -190,7 +177,7 @@ static int load_vocab(struct tok *t, const struct gguf_file *g, char *err)
     if (rc && rc != -ENOENT)
         return rc;
     if (!rc && scores.n != toks.n) {
-        seterr(err, g->path, "tokenizer.ggml.scores has %llu entries for %u tokens",
+        gguf_seterr(err, g->path, "tokenizer.ggml.scores has %llu entries for %u tokens",
                (unsigned long long)scores.n, t->n_vocab);
         return KVD_EMODEL;
     }
@@ -198,14 +185,14 @@ static int load_vocab(struct tok *t, const struct gguf_file *g, char *err)
     if (rc && rc != -ENOENT)
         return rc;
     if (!rc && types.n != toks.n) {
-        seterr(err, g->path, "tokenizer.ggml.token_type has %llu entries for %u tokens",
+        gguf_seterr(err, g->path, "tokenizer.ggml.token_type has %llu entries for %u tokens",
                (unsigned long long)types.n, t->n_vocab);
         return KVD_EMODEL;
     }
     for (uint32_t i = 0; i < t->n_vocab; i++) {
         struct gguf_str s = gguf_arr_str(&toks, i);
         if (s.len > TOK_MAX_PIECE_LEN || memchr(s.p, '\0', s.len)) {
-            seterr(err, g->path, "token %u is longer than %d bytes or contains NUL", i,
+            gguf_seterr(err, g->path, "token %u is longer than %d bytes or contains NUL", i,
                    TOK_MAX_PIECE_LEN);
             return KVD_EMODEL;
         }
@@ -224,7 +211,7 @@ static int load_vocab(struct tok *t, const struct gguf_file *g, char *err)
     im->htab = malloc(im->hcap * sizeof(*im->htab));
     if (!im->vocab || !im->dec || !im->vocab_off || !im->vocab_len || !im->dec_off ||
         !im->dec_len || !im->scores || !im->types || !im->htab) {
-        seterr(err, g->path, "out of memory for the vocabulary");
+        gguf_seterr(err, g->path, "out of memory for the vocabulary");
         return -ENOMEM;
     }
     memset(im->htab, 0xff, im->hcap * sizeof(*im->htab));
@@ -278,7 +265,7 @@ static int load_spm(struct tok *t, const struct gguf_file *g, char *err)
         missing += im->byte_tok[b] < 0;
     }
     if (missing && t->unk < 0) {
-        seterr(err, g->path, "SentencePiece vocabulary lacks %d byte tokens <0xNN> and has no "
+        gguf_seterr(err, g->path, "SentencePiece vocabulary lacks %d byte tokens <0xNN> and has no "
                              "unknown token: some text could not be encoded", missing);
         return KVD_EMODEL;
     }
@@ -305,7 +292,7 @@ int tok_load(struct tok *t, const struct gguf_file *g, char err[TOK_ERR_LEN])
     t->bos = t->eos = t->eot = t->unk = t->pad = -1;
     if ((rc = gguf_get_str(g, "tokenizer.ggml.model", &model, err))) {
         if (rc == -ENOENT)
-            seterr(err, g->path, "metadata 'tokenizer.ggml.model' is missing: no tokenizer");
+            gguf_seterr(err, g->path, "metadata 'tokenizer.ggml.model' is missing: no tokenizer");
         return KVD_EMODEL;
     }
     if (gguf_str_eq(model, "llama")) {
@@ -313,13 +300,13 @@ int tok_load(struct tok *t, const struct gguf_file *g, char err[TOK_ERR_LEN])
     } else if (gguf_str_eq(model, "gpt2")) {
         t->kind = TOK_KIND_BPE;
     } else {
-        seterr(err, g->path, "tokenizer '%.*s' is not supported (llama, gpt2)",
+        gguf_seterr(err, g->path, "tokenizer '%.*s' is not supported (llama, gpt2)",
                (int)(model.len > 32 ? 32 : model.len), model.p);
         return KVD_EMODEL;
     }
     t->impl = calloc(1, sizeof(*t->impl));
     if (!t->impl) {
-        seterr(err, g->path, "out of memory");
+        gguf_seterr(err, g->path, "out of memory");
         return -ENOMEM;
     }
     if ((rc = load_vocab(t, g, err)) || (rc = load_specials(t, g, err)))

@@ -12,12 +12,12 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <errno.h>
 #include <pcre2.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/err.h"
+#include "common/gguf_impl.h"
 #include "common/tok_impl.h"
 
 /* Pre-tokenizer patterns, as llama.cpp's (llama-vocab.cpp) for these tokenizer.ggml.pre. */
@@ -31,19 +31,6 @@ static const char RE_QWEN2[] =
     "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 #define BPE_MAX_MERGES TOK_MAX_VOCAB /* entries of tokenizer.ggml.merges */
-
-static void seterr(char *err, const char *name, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, const char *name, const char *fmt, ...)
-{
-    int k = snprintf(err, TOK_ERR_LEN, "'%s': ", name);
-    if (k < 0 || k >= TOK_ERR_LEN)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err + k, (size_t)(TOK_ERR_LEN - k), fmt, ap);
-    va_end(ap);
-}
 
 static uint32_t pair_hash(int32_t l, int32_t r)
 {
@@ -105,13 +92,13 @@ static int load_merges(struct tok *t, const struct gguf_file *g, char *err)
     struct gguf_arr merges;
     int rc = gguf_get_arr(g, "tokenizer.ggml.merges", GGUF_VT_STRING, &merges, err);
     if (rc == -ENOENT) {
-        seterr(err, g->path, "metadata 'tokenizer.ggml.merges' is missing (gpt2 tokenizer)");
+        gguf_seterr(err, g->path, "metadata 'tokenizer.ggml.merges' is missing (gpt2 tokenizer)");
         return KVD_EMODEL;
     }
     if (rc)
         return rc;
     if (merges.n > BPE_MAX_MERGES) {
-        seterr(err, g->path, "%llu merges, over the limit %u", (unsigned long long)merges.n,
+        gguf_seterr(err, g->path, "%llu merges, over the limit %u", (unsigned long long)merges.n,
                BPE_MAX_MERGES);
         return KVD_EMODEL;
     }
@@ -119,7 +106,7 @@ static int load_merges(struct tok *t, const struct gguf_file *g, char *err)
         ;
     im->mtab = malloc(im->mcap * sizeof(*im->mtab));
     if (!im->mtab) {
-        seterr(err, g->path, "out of memory for merges");
+        gguf_seterr(err, g->path, "out of memory for merges");
         return -ENOMEM;
     }
     for (uint32_t i = 0; i < im->mcap; i++)
@@ -157,7 +144,7 @@ int tok_bpe_load(struct tok *t, const struct gguf_file *g, char *err)
     for (int b = 0; b < 256; b++) {
         size_t n = tok_gpt2_byte_utf8((uint8_t)b, sym);
         if ((im->byte_tok[b] = tok_lookup(t, sym, n)) < 0) {
-            seterr(err, g->path, "gpt2 vocabulary has no token for byte 0x%02x", b);
+            gguf_seterr(err, g->path, "gpt2 vocabulary has no token for byte 0x%02x", b);
             return KVD_EMODEL;
         }
     }
@@ -172,14 +159,14 @@ int tok_bpe_load(struct tok *t, const struct gguf_file *g, char *err)
     } else if (gguf_str_eq(pre, "qwen2")) {
         im->pre = TOK_PRE_QWEN2, pat = RE_QWEN2;
     } else {
-        seterr(err, g->path, "pre-tokenizer '%.*s' is not supported (gpt2, llama-bpe, qwen2)",
+        gguf_seterr(err, g->path, "pre-tokenizer '%.*s' is not supported (gpt2, llama-bpe, qwen2)",
                (int)(pre.len > 32 ? 32 : pre.len), pre.p);
         return KVD_EMODEL;
     }
     im->re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED,
                            PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &ec, &eo, NULL);
     if (!im->re) {
-        seterr(err, g->path, "cannot compile the pre-tokenizer regex (pcre2 error %d)", ec);
+        gguf_seterr(err, g->path, "cannot compile the pre-tokenizer regex (pcre2 error %d)", ec);
         return KVD_EINTERNAL;
     }
     return load_merges(t, g, err);

@@ -2,9 +2,10 @@
 # All run under ASan too (nothing here is nosan).
 kvd_unit_test(test_gguf SOURCES unit/test_gguf.c LIBS kvdcommon TIMEOUT 300)
 kvd_unit_test(test_tok SOURCES unit/test_tok.c LIBS kvdcommon TIMEOUT 300)
+kvd_unit_test(test_mkmodel SOURCES unit/test_mkmodel.c LIBS kvdcommon TIMEOUT 300)
 if(TARGET kvd-mkmodel)
-  add_dependencies(test_gguf kvd-mkmodel)
   add_dependencies(test_tok kvd-mkmodel)
+  add_dependencies(test_mkmodel kvd-mkmodel)
 endif()
 
 # fuzz_gguf: libFuzzer-style entry point; built as a plain executable that replays the

@@ -193,27 +193,33 @@ static int write_model(const struct mk_opts *o, const struct mk_vocab *v)
     return rc;
 }
 
+/* Fills defaults and checks the shape; logs the first problem. 0 or -EINVAL. */
 static int check_opts(struct mk_opts *o)
 {
-    if (!o->out)
-        return log_err("--out is required"), -EINVAL;
-    if (!o->dim || !o->layers || !o->heads || !o->ffn || !o->ctx)
-        return log_err("dimensions must be positive"), -EINVAL;
+    uint32_t be = gguf_dtype_block_elems(o->dtype);
+    const char *why = NULL;
+
     if (!o->kv_heads)
         o->kv_heads = o->heads;
-    if (o->dim % o->heads || (o->dim / o->heads) % 2)
-        return log_err("--heads %u must divide --dim %u into an even head size", o->heads,
-                       o->dim), -EINVAL;
-    if (o->heads % o->kv_heads)
-        return log_err("--kv-heads %u must divide --heads %u", o->kv_heads, o->heads), -EINVAL;
-    uint32_t be = gguf_dtype_block_elems(o->dtype);
-    if (o->dim % be || o->ffn % be)
-        return log_err("--dim and --ffn must be multiples of %u for %s", be,
-                       gguf_dtype_name(o->dtype)), -EINVAL;
-    if (o->dim > GGUF_LLAMA_MAX_EMBD || o->layers > GGUF_LLAMA_MAX_LAYERS ||
-        o->ffn > GGUF_LLAMA_MAX_FF || o->heads > GGUF_LLAMA_MAX_HEADS ||
-        o->vocab > GGUF_LLAMA_MAX_VOCAB)
-        return log_err("a dimension is over kvd's limits (see common/gguf.h)"), -EINVAL;
+    if (!o->out)
+        why = "--out is required";
+    else if (!o->dim || !o->layers || !o->heads || !o->ffn || !o->ctx)
+        why = "dimensions must be positive";
+    else if (o->dim % o->heads || (o->dim / o->heads) % 2)
+        why = "--heads must divide --dim into an even head size";
+    else if (o->heads % o->kv_heads)
+        why = "--kv-heads must divide --heads";
+    else if (o->dim % be || o->ffn % be)
+        why = "--dim and --ffn must be multiples of the --dtype block (32 for q8_0)";
+    else if (o->dim > GGUF_LLAMA_MAX_EMBD || o->layers > GGUF_LLAMA_MAX_LAYERS ||
+             o->ffn > GGUF_LLAMA_MAX_FF || o->heads > GGUF_LLAMA_MAX_HEADS ||
+             o->vocab > GGUF_LLAMA_MAX_VOCAB)
+        why = "a dimension is over kvd's limits (GGUF_LLAMA_MAX_* in common/gguf.h)";
+    if (why) {
+        log_err("bad model shape: %s (dim %u, heads %u, kv-heads %u, ffn %u, %s)", why, o->dim,
+                o->heads, o->kv_heads, o->ffn, gguf_dtype_name(o->dtype));
+        return -EINVAL;
+    }
     return 0;
 }
 
