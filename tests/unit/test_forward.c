@@ -112,11 +112,11 @@ END_TEST
 
 /* The same sequence alone and inside a mixed batch (other sequences prefilling and
  * decoding, different pages) gives the same logits. */
-START_TEST(test_batch_invariance)
+static void batch_invariance(const char *path)
 {
     struct harness h;
     const uint32_t block = 8, n = 40;
-    h_init(&h, g_stories, block, KV_DTYPE_F32, 64, 128, 2);
+    h_init(&h, path, block, KV_DTYPE_F32, 64, 128, 2);
     const uint32_t V = h.m.vocab;
     uint32_t a[40], b[40], c[40], bta[5], btb[5], btc[5];
     h_tokens(a, n, V, 3, 1);
@@ -125,9 +125,10 @@ START_TEST(test_batch_invariance)
     h_blocks(bta, 5, 0, true, 7);
     h_blocks(btb, 5, 20, true, 8);
     h_blocks(btc, 5, 40, true, 9);
-    /* alone: prefill 30, then 10 decodes */
+    /* alone: one token per step (1-row matmuls: the f16 kernel when the model has f16
+     * weights); in the batch below the same rows go through 62-row sgemm */
     float *alone = calloc((size_t)n * V, sizeof(float));
-    static const uint32_t chunks[] = {30, 1, 0};
+    static const uint32_t chunks[] = {1, 0};
     h_run_seq(&h, a, n, bta, 5, chunks, alone);
     /* batched: b prefills 12 first; then a's prefill of 30 together with b's next 12 and
      * c's first 20; then a decodes alongside b and c decoding */
@@ -160,6 +161,23 @@ START_TEST(test_batch_invariance)
     free(lg);
     free(alone);
     h_release(&h);
+}
+
+START_TEST(test_batch_invariance)
+{
+    batch_invariance(g_stories);
+}
+END_TEST
+
+/* F16 weights: a lone decode row multiplies with the f16 kernel, a 62-row batch with
+ * f32 sgemm; the weights are the same numbers, so only summation order differs. */
+START_TEST(test_batch_invariance_f16_weights)
+{
+    char path[256];
+    h_mkmodel(path, sizeof(path), "--dim 128 --layers 2 --heads 4 --kv-heads 2 --ffn 256 "
+                                  "--vocab 300 --dtype f16 --seed 9");
+    batch_invariance(path);
+    unlink(path);
 }
 END_TEST
 
@@ -372,6 +390,7 @@ static Suite *forward_suite(void)
     tcase_add_test(tc, test_stories_f16_kv);
     tcase_add_loop_test(tc, test_mkmodel_shapes_f32, 0, sizeof(shapes) / sizeof(shapes[0]));
     tcase_add_test(tc, test_batch_invariance);
+    tcase_add_test(tc, test_batch_invariance_f16_weights);
     tcase_add_test(tc, test_scrambled_pages);
     tcase_add_test(tc, test_contiguous_view);
     tcase_add_test(tc, test_check_rejects);
