@@ -149,6 +149,10 @@ static void lookup_cb(struct bcli *b, int status, const struct wmsg *m, void *ar
         } else {
             memcpy(r->seq.blocks, pages, n * sizeof(uint32_t));
             sched_entry_hit(&d->sched, e, (uint32_t)n);
+            if (r->seq.preemptions == 0) {
+                uint32_t hit = (uint32_t)n * d->cfg.block_size;
+                r->cached_prompt = hit < r->n_prompt ? hit : r->n_prompt;
+            }
             d->ctr.prefix_hit_tokens += (uint64_t)n * d->cfg.block_size;
         }
     }

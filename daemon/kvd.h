@@ -74,6 +74,8 @@ struct kvd_req {
     uint64_t id;                      /* client's id */
     struct sched_seq seq;             /* the sequence (tokens, block table) */
     uint32_t n_prompt;                /* prompt tokens */
+    uint32_t cached_prompt;           /* prompt tokens served from the prefix cache at the
+                                         first admission (reported to the client) */
     uint32_t max_tokens;              /* completion tokens allowed */
     struct step_sampling sp;
     uint32_t stop_ids[CLIENT_MAX_STOP_TOKEN_IDS];

@@ -353,7 +353,7 @@ void req_finish(struct kvd *d, struct kvd_req *r, int code, const char *msg)
         if (code < 0)
             snprintf(done.msg, sizeof(done.msg), "%s", msg ? msg : kvd_strerror(code));
         done.prompt_tokens = r->n_prompt;
-        done.cached_prompt_tokens = r->seq.n_cached;
+        done.cached_prompt_tokens = r->cached_prompt;
         done.completion_tokens = r->seq.n_tokens - r->n_prompt;
         char *text = NULL;
         if (!r->stream) {
@@ -381,10 +381,22 @@ void req_finish(struct kvd *d, struct kvd_req *r, int code, const char *msg)
         struct wbuf w;
         wbuf_init(&w);
         char err[WIRE_ERR_LEN];
-        if (client_done_encode(&done, &w, err) == 0)
+        if (client_done_encode(&done, &w, err) == 0) {
             session_send(r->sess, &w);
-        else
+        } else {
+            /* Never leave the client without its "done". */
             log_err("cannot encode done for request %llu: %s", (unsigned long long)r->id, err);
+            struct client_done bare;
+            client_done_init(&bare);
+            bare.id = r->id;
+            bare.finish = CLIENT_FINISH_ERROR;
+            bare.code = KVD_EINTERNAL;
+            snprintf(bare.msg, sizeof(bare.msg), "cannot encode the reply: %s", err);
+            wbuf_release(&w);
+            wbuf_init(&w);
+            if (client_done_encode(&bare, &w, err) == 0)
+                session_send(r->sess, &w);
+        }
         wbuf_release(&w);
         free(text);
         /* unlink from the session */
@@ -403,7 +415,7 @@ void req_finish(struct kvd *d, struct kvd_req *r, int code, const char *msg)
               (unsigned long long)r->id, (unsigned long long)r->seq.id,
               code == REQ_END_STOP ? "stop" : code == REQ_END_LENGTH ? "length"
                                                                     : kvd_errname(code),
-              r->n_prompt, r->seq.n_tokens - r->n_prompt, r->seq.n_cached);
+              r->n_prompt, r->seq.n_tokens - r->n_prompt, r->cached_prompt);
     if (r->a_prev)
         r->a_prev->a_next = r->a_next;
     else

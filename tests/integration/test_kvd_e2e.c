@@ -6,6 +6,7 @@
 #include "test_kvd_harness.h"
 
 #include "common/err.h"
+#include "proto/admin_msg.h"
 
 #include <check.h>
 #include <errno.h>
@@ -39,6 +40,7 @@ static void env_stop(struct env *e)
         kvd_close(e->c);
     ck_assert_uint_eq(kh_wait_pages_used_zero(e->dir), 0);
     ck_assert_int_eq(kh_stop(&e->kvd, SIGTERM), 0);
+    kh_rmdir(e->dir);
 }
 
 START_TEST(test_greedy_matches_reference)
@@ -270,6 +272,62 @@ START_TEST(test_prompt_too_long)
 }
 END_TEST
 
+START_TEST(test_preemption_keeps_outputs)
+{
+    /* 20 pages x 16 tokens; 6 sequences of 5 + 100 tokens (7 pages each) admitted on
+     * their 1-page prompts, so decoding runs out of pages and the newest are preempted
+     * and recomputed. Greedy outputs must equal the ones computed alone. */
+    static const char *const extra[] = {"--pool-bytes", "400K", NULL};
+    struct env e;
+    env_start(&e, extra);
+    enum { N = 6, MAXT = 100 };
+    static const char *const prompts[] = {"Once upon a time", "The cat", "Tom and Sue"};
+    static struct kh_result ref[3];
+    struct kvd_params p;
+    for (int i = 0; i < 3; i++) {
+        kvd_params_init(&p);
+        p.prompt = prompts[i];
+        p.max_tokens = MAXT;
+        p.ignore_eos = true;
+        p.temperature = 0;
+        p.stream = false;
+        kh_generate(e.c, &p, GEN_TIMEOUT_MS, &ref[i]);
+        ck_assert_int_eq(ref[i].rc, 0);
+        ck_assert_uint_eq(ref[i].n_tokens, MAXT);
+    }
+    struct admin_pool before, after;
+    ck_assert_int_eq(kh_admin_pool(e.dir, &before), 0);
+    uint64_t ids[N];
+    for (int i = 0; i < N; i++) {
+        kvd_params_init(&p);
+        p.prompt = prompts[i % 3];
+        p.max_tokens = MAXT;
+        p.ignore_eos = true;
+        p.temperature = 0;
+        p.stream = false;
+        ck_assert_int_eq(kvd_submit(e.c, &p, &ids[i]), 0);
+    }
+    for (int done = 0; done < N;) {
+        struct kvd_event ev;
+        ck_assert_int_eq(kvd_next_event(e.c, &ev, GEN_TIMEOUT_MS), 0);
+        if (ev.type != KVD_EVENT_DONE)
+            continue;
+        int i = -1;
+        for (int k = 0; k < N; k++)
+            if (ids[k] == ev.id)
+                i = k;
+        ck_assert_int_ge(i, 0);
+        ck_assert_msg(ev.finish == KVD_FINISH_LENGTH, "request %d: %d %s", i, ev.code, ev.msg);
+        ck_assert_uint_eq(ev.n_tokens, MAXT);
+        ck_assert_mem_eq(ev.tokens, ref[i % 3].tokens, MAXT * sizeof(uint32_t));
+        done++;
+    }
+    ck_assert_int_eq(kh_admin_pool(e.dir, &after), 0);
+    ck_assert_uint_gt(after.preemptions, before.preemptions);
+    env_stop(&e);
+}
+END_TEST
+
 START_TEST(test_worker_sigkill_mid_generation)
 {
     static const char *const extra[] = {"--max-model-len", "2048", NULL};
@@ -370,6 +428,7 @@ int main(void)
     tcase_add_test(tc, test_timeout);
     tcase_add_test(tc, test_overload_rejected);
     tcase_add_test(tc, test_prompt_too_long);
+    tcase_add_test(tc, test_preemption_keeps_outputs);
     tcase_add_test(tc, test_worker_sigkill_mid_generation);
     tcase_add_test(tc, test_sigterm_with_requests_in_flight);
     suite_add_tcase(su, tc);

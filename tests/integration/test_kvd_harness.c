@@ -4,6 +4,7 @@
 #include "common/err.h"
 #include "proto/admin_msg.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <nanomsg/nn.h>
@@ -199,6 +200,40 @@ pid_t kh_worker_pid(const char *dir, uint32_t index)
     if (raw)
         nn_freemsg(raw);
     return pid;
+}
+
+int kh_admin_pool(const char *dir, struct admin_pool *out)
+{
+    struct wbuf w;
+    struct wmsg m;
+    char err[WIRE_ERR_LEN];
+    wbuf_init(&w);
+    admin_request_encode(ADMIN_REQ_POOL, &w);
+    void *raw;
+    int rc = kh_roundtrip(dir, "admin.sock", &w, &m, &raw);
+    wbuf_release(&w);
+    if (rc == 0)
+        rc = admin_pool_decode(&m, out, err);
+    wmsg_release(&m);
+    if (raw)
+        nn_freemsg(raw);
+    return rc;
+}
+
+void kh_rmdir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    char p[600];
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+            snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+            unlink(p);
+        }
+    closedir(d);
+    rmdir(dir);
 }
 
 int64_t kh_admin_evict(const char *dir)

@@ -71,6 +71,7 @@ static void env_stop(struct env *e)
     kvd_close(e->c);
     ck_assert_uint_eq(kh_wait_pages_used_zero(e->dir), 0);
     ck_assert_int_eq(kh_stop(&e->kvd, SIGTERM), 0);
+    kh_rmdir(e->dir);
 }
 
 START_TEST(test_on_off_full_and_partial_hits)
