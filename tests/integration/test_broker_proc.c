@@ -379,6 +379,96 @@ START_TEST(test_model_flag)
 }
 END_TEST
 
+#define CC_CLIENTS 4
+#define CC_SEQS 4
+#define CC_OPS 400
+
+/* One of several concurrent clients: random alloc/free over its sequences; it marks
+ * every page it holds with its id in the shared pool and checks the marks before each
+ * free, so a page handed to two clients at once would show. Exit 0 when all held. */
+static int cc_client(const struct bh *h, uint32_t id)
+{
+    int s = bh_connect(h);
+    uint64_t lease;
+    struct mem_pool mp;
+    if (s < 0 || bh_attach(s, &lease, NULL) || pool_attach(h->fd_path, NULL, &mp))
+        return 20;
+    static uint32_t held[CC_SEQS][BROKER_ALLOC_MAX];
+    uint32_t n_held[CC_SEQS] = {0}, got[8];
+    srand(1000 + id);
+    for (int op = 0; op < CC_OPS; op++) {
+        uint32_t q = (uint32_t)rand() % CC_SEQS;
+        if (rand() % 3) {
+            uint32_t k = 1 + (uint32_t)rand() % 8;
+            int rc = bh_alloc(s, lease, q, k, got);
+            if (rc == KVD_ENOPAGES)
+                continue;
+            if (rc)
+                return 21;
+            for (uint32_t i = 0; i < k; i++) {
+                memcpy(mem_pool_page_ptr(&mp, got[i]), &id, sizeof(id));
+                held[q][n_held[q]++] = got[i];
+            }
+        } else {
+            for (uint32_t i = 0; i < n_held[q]; i++) {
+                uint32_t mark;
+                memcpy(&mark, mem_pool_page_ptr(&mp, held[q][i]), sizeof(mark));
+                if (mark != id)
+                    return 22; /* someone else wrote into a page we hold */
+            }
+            struct wbuf w;
+            struct wmsg m;
+            void *raw;
+            uint64_t released;
+            char err[WIRE_ERR_LEN];
+            wbuf_init(&w);
+            broker_req_free_encode(&w, lease, q);
+            if (bh_call(s, &w, &m, &raw) || broker_rep_free_decode(&m, &released, err) ||
+                released != n_held[q])
+                return 23;
+            bh_reply_free(&m, raw);
+            n_held[q] = 0;
+        }
+    }
+    struct wbuf w;
+    struct wmsg m;
+    void *raw;
+    char err[WIRE_ERR_LEN];
+    wbuf_init(&w);
+    broker_req_detach_encode(&w, lease);
+    if (bh_call(s, &w, &m, &raw) || broker_rep_ok_decode(&m, NULL, err))
+        return 24;
+    bh_reply_free(&m, raw);
+    mem_pool_release(&mp);
+    return 0;
+}
+
+START_TEST(test_concurrent_clients)
+{
+    struct bh h;
+    const char *extra[] = {"--pool-bytes", "512K", NULL};
+    ck_assert_int_eq(bh_start(&h, extra, NULL), 0);
+    pid_t pids[CC_CLIENTS];
+    for (uint32_t i = 0; i < CC_CLIENTS; i++)
+        if ((pids[i] = fork()) == 0)
+            _exit(cc_client(&h, i + 1));
+    for (int i = 0; i < CC_CLIENTS; i++) {
+        int st;
+        ck_assert_int_eq(waitpid(pids[i], &st, 0), pids[i]);
+        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "client %d: status %d", i, st);
+    }
+    int s = bh_connect(&h);
+    struct broker_stats bs;
+    ck_assert_int_eq(bh_stats(s, &bs), 0);
+    ck_assert_uint_eq(bs.pages_used, 0);
+    ck_assert_uint_eq(bs.pages_free, bs.pages_total);
+    ck_assert_uint_eq(bs.leases, 0);
+    ck_assert_uint_ge(bs.requests, CC_CLIENTS * CC_OPS / 2);
+    nn_close(s);
+    ck_assert_int_eq(bh_stop(&h), 0);
+}
+END_TEST
+
 /* A fake broker.fd that sends frame bytes (and fd, if >= 0), then closes. */
 static pid_t fake_fd_server(const char *path, const void *frame, size_t len, int fd)
 {
@@ -510,6 +600,7 @@ int main(void)
     tcase_add_test(tc, test_model_flag);
     tcase_add_test(tc, test_attach_bad_frames);
     tcase_add_test(tc, test_sd_notify);
+    tcase_add_test(tc, test_concurrent_clients);
     tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

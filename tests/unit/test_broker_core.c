@@ -575,6 +575,107 @@ START_TEST(test_randomized)
 }
 END_TEST
 
+/* A client that dies holding indexed pages: after its lease expires the pages stay
+ * cached, and a new lease (a restarted daemon) hits them. */
+START_TEST(test_cache_survives_lease_expiry)
+{
+    struct broker b;
+    struct pool_desc d = t_desc();
+    struct wbuf w;
+    struct wmsg m;
+    struct broker_hash h[3];
+    uint32_t a[3], *pages = NULL;
+    size_t np;
+    char err[WIRE_ERR_LEN];
+    mk_hashes(h, 3, 77);
+    ck_assert_int_eq(broker_init(&b, &d, T_TIMEOUT_MS, 0), 0);
+    uint64_t l1 = do_attach(&b, 0);
+    ck_assert_int_eq(do_alloc(&b, l1, 1, 3, a), 0);
+    wbuf_init(&w);
+    broker_req_commit_encode(&w, l1, 1, 0, h, 3);
+    ck_assert_int_eq(do_ok(&b, &w, 0, NULL), 3);
+    ck_assert_uint_eq(broker_expire(&b, 5000), 1); /* the daemon died */
+    struct broker_stats s = do_stats(&b);
+    ck_assert_uint_eq(s.pages_cached, 3);
+    ck_assert_uint_eq(s.pages_used, 0);
+    uint64_t l2 = do_attach(&b, 5000);
+    broker_req_lookup_encode(&w, l2, 1, h, 3);
+    call(&b, &w, 5000, &m);
+    ck_assert_int_eq(broker_rep_lookup_decode(&m, &pages, &np, err), 0);
+    ck_assert_uint_eq(np, 3);
+    for (int i = 0; i < 3; i++)
+        ck_assert_uint_eq(pages[i], a[i]);
+    free(pages);
+    wmsg_release(&m);
+    broker_release(&b);
+}
+END_TEST
+
+/* Mutated and truncated valid requests: every one gets a parseable reply, and the
+ * broker's invariants hold after each (ASan runs this too). */
+START_TEST(test_mutation_fuzz)
+{
+    struct broker b;
+    struct pool_desc d = t_desc();
+    struct broker_hash h[4];
+    mk_hashes(h, 4, 5);
+    ck_assert_int_eq(broker_init(&b, &d, T_TIMEOUT_MS, 0), 0);
+    uint64_t l = do_attach(&b, 0);
+    struct pool_desc e;
+    memset(&e, 0, sizeof(e));
+    e.model_fp = 0xfeed;
+    struct wbuf seeds[9];
+    for (int i = 0; i < 9; i++)
+        wbuf_init(&seeds[i]);
+    broker_req_alloc_encode(&seeds[0], l, 1, 3);
+    broker_req_free_encode(&seeds[1], l, 1);
+    broker_req_lookup_encode(&seeds[2], l, 2, h, 4);
+    broker_req_commit_encode(&seeds[3], l, 1, 0, h, 2);
+    broker_req_attach_encode(&seeds[4], "fuzz", 1, &e);
+    broker_req_dump_encode(&seeds[5], 0, 8);
+    broker_req_stats_encode(&seeds[6]);
+    broker_req_heartbeat_encode(&seeds[7], l);
+    broker_req_evict_cached_encode(&seeds[8]);
+    srand(99);
+    uint8_t buf[1024];
+    struct wbuf r;
+    wbuf_init(&r);
+    int errs = 0;
+    for (int it = 0; it < 20000; it++) {
+        const struct wbuf *sd = &seeds[rand() % 9];
+        size_t n = sd->sb.size;
+        memcpy(buf, sd->sb.data, n);
+        int flips = rand() % 4;
+        for (int k = 0; k < flips; k++)
+            buf[rand() % n] = (uint8_t)rand();
+        if (rand() % 4 == 0)
+            n = (size_t)rand() % n;
+        msgpack_sbuffer_clear(&r.sb);
+        int rc = broker_handle(&b, buf, n, 0, &r);
+        struct wmsg m;
+        char err[WIRE_ERR_LEN];
+        if (wmsg_parse(&m, r.sb.data, r.sb.size, err))
+            ck_abort_msg("unparsable reply: %s", err);
+        if (wmsg_is(&m, "err") != (rc != 0))
+            ck_abort_msg("reply type disagrees with the return code %d", rc);
+        errs += rc != 0;
+        wmsg_release(&m);
+        if (it % 16 == 0 && broker_check(&b))
+            ck_abort_msg("broker_check failed after iteration %d", it);
+        if (b.leases.n > BROKER_LEASES_MAX / 2) /* keep attach from filling the table */
+            for (uint32_t i = 0; i < BROKER_LEASES_MAX; i++)
+                if (b.leases.slot[i] && b.leases.slot[i]->id != l)
+                    broker_lease_end(&b, b.leases.slot[i]);
+    }
+    ck_assert_int_eq(broker_check(&b), 0);
+    ck_assert_int_gt(errs, 1000); /* the mutations did reach the error paths */
+    wbuf_release(&r);
+    for (int i = 0; i < 9; i++)
+        wbuf_release(&seeds[i]);
+    broker_release(&b);
+}
+END_TEST
+
 START_TEST(test_desc_roundtrip)
 {
     struct pool_desc d = t_desc(), got;
@@ -610,6 +711,8 @@ int main(void)
     tcase_add_test(tc, test_lease_limit);
     tcase_add_test(tc, test_randomized);
     tcase_add_test(tc, test_desc_roundtrip);
+    tcase_add_test(tc, test_cache_survives_lease_expiry);
+    tcase_add_test(tc, test_mutation_fuzz);
     tcase_set_timeout(tc, 120);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
