@@ -283,6 +283,40 @@ static void decode_all(struct tok *t)
     }
 }
 
+static int cmp_len_desc(const void *a, const void *b, void *ctx)
+{
+    const struct tok_impl *im = ctx;
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    uint32_t lx = im->vocab_len[x], ly = im->vocab_len[y];
+    if (lx != ly)
+        return lx < ly ? 1 : -1;
+    return (x > y) - (x < y);
+}
+
+/* The CONTROL / USER_DEFINED tokens TOK_ENCODE_PARSE_SPECIAL looks for. */
+static int load_special_index(struct tok *t, const struct gguf_file *g, char *err)
+{
+    struct tok_impl *im = t->impl;
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < t->n_vocab; i++)
+        n += (im->types[i] == TOK_TYPE_CONTROL || im->types[i] == TOK_TYPE_USER_DEFINED) &&
+             im->vocab_len[i] > 0;
+    im->specials = calloc(n ? n : 1, sizeof(*im->specials));
+    if (!im->specials) {
+        gguf_seterr(err, g->path, "out of memory");
+        return -ENOMEM;
+    }
+    for (uint32_t i = 0; i < t->n_vocab; i++)
+        if ((im->types[i] == TOK_TYPE_CONTROL || im->types[i] == TOK_TYPE_USER_DEFINED) &&
+            im->vocab_len[i] > 0) {
+            uint8_t c = (uint8_t)im->vocab[im->vocab_off[i]];
+            im->specials[im->n_specials++] = (int32_t)i;
+            im->special_first[c / 8] |= (uint8_t)(1u << (c % 8));
+        }
+    qsort_r(im->specials, im->n_specials, sizeof(*im->specials), cmp_len_desc, im);
+    return 0;
+}
+
 int tok_load(struct tok *t, const struct gguf_file *g, char err[TOK_ERR_LEN])
 {
     struct gguf_str model;
@@ -314,6 +348,8 @@ int tok_load(struct tok *t, const struct gguf_file *g, char err[TOK_ERR_LEN])
     rc = t->kind == TOK_KIND_SPM ? load_spm(t, g, err) : tok_bpe_load(t, g, err);
     if (rc)
         goto out_release;
+    if ((rc = load_special_index(t, g, err)))
+        goto out_release;
     decode_all(t);
     return 0;
 
@@ -336,29 +372,75 @@ void tok_release(struct tok *t)
         free(im->scores);
         free(im->types);
         free(im->htab);
+        free(im->specials);
         free(im);
     }
     memset(t, 0, sizeof(*t));
     t->bos = t->eos = t->eot = t->unk = t->pad = -1;
 }
 
-int tok_encode(const struct tok *t, const char *text, size_t len, bool add_bos, int32_t *out,
-               size_t cap, size_t *n)
+static int encode_fragment(const struct tok *t, const char *text, size_t len, bool after_special,
+                           struct tok_sink *k)
+{
+    if (len == 0)
+        return 0;
+    if (t->kind == TOK_KIND_SPM)
+        return tok_spm_encode(t, text, len, t->add_space_prefix && after_special, k);
+    return tok_bpe_encode(t, text, len, k);
+}
+
+/* Id of the longest special token whose text starts at s[0..avail), or -1. */
+static int32_t match_special(const struct tok *t, const char *s, size_t avail)
+{
+    const struct tok_impl *im = t->impl;
+    uint8_t c = (uint8_t)s[0];
+    if (!(im->special_first[c / 8] & (1u << (c % 8))))
+        return -1;
+    for (uint32_t i = 0; i < im->n_specials; i++) {
+        int32_t id = im->specials[i];
+        uint32_t l = im->vocab_len[id];
+        if (l <= avail && !memcmp(s, im->vocab + im->vocab_off[id], l))
+            return id;
+    }
+    return -1;
+}
+
+int tok_encode_ex(const struct tok *t, const char *text, size_t len, unsigned flags, int32_t *out,
+                  size_t cap, size_t *n)
 {
     struct tok_sink k = {out, cap, 0};
+    bool after_special = true; /* the start of the text counts as after one */
+    size_t start = 0;
     int rc;
     if (len > TOK_MAX_TEXT_LEN)
         return -E2BIG;
-    if (add_bos && t->bos >= 0)
+    if ((flags & TOK_ENCODE_BOS) && t->bos >= 0)
         tok_sink_put(&k, t->bos);
-    if (len) {
-        rc = t->kind == TOK_KIND_SPM ? tok_spm_encode(t, text, len, &k)
-                                     : tok_bpe_encode(t, text, len, &k);
-        if (rc)
-            return rc;
+    if (flags & TOK_ENCODE_PARSE_SPECIAL) {
+        for (size_t i = 0; i < len;) {
+            int32_t id = match_special(t, text + i, len - i);
+            if (id < 0) {
+                i++;
+                continue;
+            }
+            if ((rc = encode_fragment(t, text + start, i - start, after_special, &k)))
+                return rc;
+            tok_sink_put(&k, id);
+            after_special = true;
+            i += t->impl->vocab_len[id];
+            start = i;
+        }
     }
+    if ((rc = encode_fragment(t, text + start, len - start, after_special, &k)))
+        return rc;
     *n = k.n;
     return k.n > cap ? -ENOSPC : 0;
+}
+
+int tok_encode(const struct tok *t, const char *text, size_t len, bool add_bos, int32_t *out,
+               size_t cap, size_t *n)
+{
+    return tok_encode_ex(t, text, len, add_bos ? TOK_ENCODE_BOS : 0, out, cap, n);
 }
 
 int tok_piece(const struct tok *t, int32_t id, const char **p, size_t *len)

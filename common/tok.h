@@ -74,6 +74,19 @@ void tok_release(struct tok *t);
 int tok_encode(const struct tok *t, const char *text, size_t len, bool add_bos, int32_t *out,
                size_t cap, size_t *n);
 
+enum tok_encode_flags {
+    TOK_ENCODE_BOS = 1u << 0,           /* start with bos (when the vocab has one) */
+    /* Recognize the text of CONTROL and USER_DEFINED tokens ("<|eot_id|>", "<s>") in the
+     * text and emit their ids (longest match first), as llama.cpp's parse_special; for
+     * SPM a text fragment after such a token gets the space prefix again, as there.
+     * Only for trusted text (chat templates): a user could otherwise inject control
+     * tokens. decode(encode(x)) == x does not hold in this mode. */
+    TOK_ENCODE_PARSE_SPECIAL = 1u << 1,
+};
+/* tok_encode with flags; same results and errors. */
+int tok_encode_ex(const struct tok *t, const char *text, size_t len, unsigned flags, int32_t *out,
+                  size_t cap, size_t *n);
+
 /* The bytes token `id` stands for, as text generation emits them: SPM '▁' -> ' ',
  * <0xNN> -> the single byte NN, GPT-2 code points -> bytes; control, unknown-type and
  * unused tokens -> "" (use tok_vocab_str for their names). Returns 0 or -EINVAL for an id

@@ -5,6 +5,7 @@
 #ifndef KVD_COMMON_TOK_IMPL_H
 #define KVD_COMMON_TOK_IMPL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -34,6 +35,9 @@ struct tok_impl {
     uint32_t mcap;
     enum tok_pre pre;
     void *re;             /* BPE: compiled pcre2_code */
+    int32_t *specials;    /* CONTROL and USER_DEFINED ids, longest text first */
+    uint32_t n_specials;
+    uint8_t special_first[32]; /* bitmap: bytes some special's text starts with */
 };
 
 /* Token id of the bytes s[0..len), or -1. */
@@ -57,7 +61,9 @@ static inline void tok_sink_put(struct tok_sink *k, int32_t id)
 size_t tok_utf8_seq_len(const char *s, size_t avail);
 
 /* tok_spm.c */
-int tok_spm_encode(const struct tok *t, const char *text, size_t len, struct tok_sink *k);
+/* space_prefix: prepend one U+2581 (the text starts, or follows a special token). */
+int tok_spm_encode(const struct tok *t, const char *text, size_t len, bool space_prefix,
+                   struct tok_sink *k);
 /* tok_bpe.c */
 int tok_bpe_load(struct tok *t, const struct gguf_file *g, char *err);
 void tok_bpe_release(struct tok_impl *im);

@@ -1,7 +1,7 @@
 /* tok_spm.c — SentencePiece BPE encoding as llama.cpp's SPM tokenizer does it
  * (contract: tok.h, "llama").
  *
- * The text (with one leading space when add_space_prefix) has its spaces replaced by
+ * The text (with one leading space when space_prefix) has its spaces replaced by
  * U+2581 and is cut into UTF-8 characters, the initial symbols. Every adjacent pair whose
  * concatenation is a vocab token is a candidate; the candidate with the highest score
  * (ties: leftmost) is merged, its new neighbours become candidates, until none is left.
@@ -86,7 +86,8 @@ static void try_bigram(const struct tok *t, const char *txt, const struct spm_sy
     heap_push(h, (struct spm_bigram){t->impl->scores[id], left, size});
 }
 
-int tok_spm_encode(const struct tok *t, const char *text, size_t len, struct tok_sink *k)
+int tok_spm_encode(const struct tok *t, const char *text, size_t len, bool space_prefix,
+                   struct tok_sink *k)
 {
     const struct tok_impl *im = t->impl;
     size_t cap_txt = (len + 1) * SPM_SPACE_LEN; /* worst case: every byte a space */
@@ -98,7 +99,7 @@ int tok_spm_encode(const struct tok *t, const char *text, size_t len, struct tok
 
     if (!txt)
         return -ENOMEM;
-    if (t->add_space_prefix) {
+    if (space_prefix) {
         memcpy(txt, SPM_SPACE, SPM_SPACE_LEN);
         n_txt = SPM_SPACE_LEN;
     }

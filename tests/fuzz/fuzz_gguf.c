@@ -63,6 +63,12 @@ static void exercise_tok(const struct gguf_file *g)
         rc = tok_decode(&t, ids, n, TOK_DECODE_STRIP_PREFIX_SPACE, out, sizeof(out), &len);
         KVD_BUG_ON(rc != 0 && rc != -ENOSPC);
     }
+    static const char chat[] = "<s>[INST] hi </s><|eot_id|><|begin_of_text|>x<s";
+    rc = tok_encode_ex(&t, chat, sizeof(chat) - 1, TOK_ENCODE_BOS | TOK_ENCODE_PARSE_SPECIAL,
+                       ids, 256, &n);
+    KVD_BUG_ON(rc != 0 && rc != -ENOSPC);
+    for (size_t k = 0; rc == 0 && k < n; k++)
+        KVD_BUG_ON(ids[k] < 0 || (uint32_t)ids[k] >= t.n_vocab);
     for (uint32_t id = 0; id < t.n_vocab && id < 4096; id++) {
         const char *p;
         KVD_BUG_ON(tok_piece(&t, (int32_t)id, &p, &len) != 0);

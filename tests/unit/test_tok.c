@@ -290,6 +290,42 @@ START_TEST(test_enospc_and_empty)
 }
 END_TEST
 
+START_TEST(test_parse_special)
+{
+    int32_t ids[32];
+    size_t n;
+    const char *s = "<s>Once upon</s><unk>";
+    ck_assert_int_eq(tok_encode_ex(&g_t, s, strlen(s), TOK_ENCODE_PARSE_SPECIAL, ids, 32, &n), 0);
+    /* <s> and </s> are CONTROL tokens; <unk> is UNKNOWN-typed, so it stays text; the text
+     * after a special gets the space prefix again (as llama.cpp) */
+    ck_assert_uint_ge(n, 5);
+    ck_assert_int_eq(ids[0], 1);
+    ck_assert_int_eq(ids[1], 403);
+    ck_assert_int_eq(ids[2], 407);
+    ck_assert_int_eq(ids[3], 2);
+    char out[32];
+    size_t len;
+    ck_assert_int_eq(tok_decode(&g_t, ids + 4, n - 4, 0, out, sizeof(out), &len), 0);
+    ck_assert_uint_eq(len, 6);
+    ck_assert_int_eq(memcmp(out, " <unk>", 6), 0); /* text, with the prefix space */
+    /* without the flag the same text is literal and round-trips */
+    ck_assert_int_eq(tok_encode_ex(&g_t, s, strlen(s), TOK_ENCODE_BOS, ids, 32, &n), 0);
+    ck_assert_int_eq(ids[0], 1);
+    ck_assert_int_ne(ids[1], 1);
+    for (size_t i = 1; i < n; i++)
+        ck_assert(!tok_is_special(&g_t, ids[i]));
+    roundtrip(s, strlen(s));
+    /* adjacent specials, special at the very end, BOS flag together with parsing */
+    s = "</s></s>";
+    ck_assert_int_eq(tok_encode_ex(&g_t, s, strlen(s),
+                                   TOK_ENCODE_BOS | TOK_ENCODE_PARSE_SPECIAL, ids, 32, &n), 0);
+    ck_assert_uint_eq(n, 3);
+    ck_assert_int_eq(ids[0], 1);
+    ck_assert_int_eq(ids[1], 2);
+    ck_assert_int_eq(ids[2], 2);
+}
+END_TEST
+
 START_TEST(test_utf8_complete_len)
 {
     ck_assert_uint_eq(tok_utf8_complete_len("abc", 3), 3);
@@ -336,6 +372,14 @@ START_TEST(test_gpt2_vocab)
             snprintf(want + strlen(want), sizeof(want) - strlen(want), "[%s]", cases[c].pieces[i]);
         ck_assert_msg(!strcmp(got, want), "'%s': got %s want %s", cases[c].text, got, want);
     }
+    const char *sp = "<|begin_of_text|>The cat<|end_of_text|>";
+    size_t n = 0;
+    ck_assert_int_eq(tok_encode_ex(&g_t, sp, strlen(sp), TOK_ENCODE_PARSE_SPECIAL, ids, 32, &n),
+                     0);
+    ck_assert_uint_eq(n, 5);
+    ck_assert_int_eq(ids[0], g_t.bos);
+    ck_assert_str_eq(tok_vocab_str(&g_t, ids[3]), "Ġcat");
+    ck_assert_int_eq(ids[4], g_t.eos);
     for (size_t i = 0; i < sizeof(VARIED) / sizeof(VARIED[0]); i++)
         roundtrip(VARIED[i], strlen(VARIED[i]));
     roundtrip("", 0);
@@ -472,6 +516,7 @@ static Suite *suite(void)
     tcase_add_test(st, test_stories_roundtrip_varied);
     tcase_add_test(st, test_stories_roundtrip_tinystories);
     tcase_add_test(st, test_enospc_and_empty);
+    tcase_add_test(st, test_parse_special);
     suite_add_tcase(s, st);
     TCase *mk = tcase_create("made");
     tcase_add_checked_fixture(mk, tmp_setup, tmp_teardown);
