@@ -47,11 +47,14 @@ static int acc_add(struct gen_acc *a, const struct kvd_event *ev)
         grow((void **)&a->lps, &a->cap_lps, a->n_lps + ev->n_logprobs, sizeof(*a->lps)) ||
         grow((void **)&a->text, &a->cap_text, a->text_len + ev->text_len + 1, 1))
         return -ENOMEM;
-    memcpy(a->tokens + a->n_tokens, ev->tokens, ev->n_tokens * sizeof(uint32_t));
+    if (ev->n_tokens)
+        memcpy(a->tokens + a->n_tokens, ev->tokens, ev->n_tokens * sizeof(uint32_t));
     a->n_tokens += ev->n_tokens;
-    memcpy(a->lps + a->n_lps, ev->logprobs, ev->n_logprobs * sizeof(*a->lps));
+    if (ev->n_logprobs)
+        memcpy(a->lps + a->n_lps, ev->logprobs, ev->n_logprobs * sizeof(*a->lps));
     a->n_lps += ev->n_logprobs;
-    memcpy(a->text + a->text_len, ev->text, ev->text_len);
+    if (ev->text_len)
+        memcpy(a->text + a->text_len, ev->text, ev->text_len);
     a->text_len += ev->text_len;
     a->text[a->text_len] = '\0';
     return 0;
