@@ -2,9 +2,10 @@
  *
  * Kinds (tokenizer.ggml.model):
  *  - "llama": SentencePiece BPE as llama.cpp's SPM tokenizer. Text is taken literally
- *    (no special-token parsing: "<s>" in a prompt is three characters), spaces become
- *    U+2581 '▁', one '▁' is prepended when tokenizer.ggml.add_space_prefix is true (the
- *    default), then adjacent symbols are merged highest score first (ties: leftmost),
+ *    ("<s>" in a prompt is three characters) unless tok_encode_ex() is asked to parse
+ *    special tokens. Spaces become U+2581 '▁', one '▁' is prepended when
+ *    tokenizer.ggml.add_space_prefix is true (the default), then adjacent symbols are
+ *    merged highest score first (ties: leftmost),
  *    and any UTF-8 character with no token falls back to its bytes as <0xNN> tokens
  *    (or one unk per such character when the vocab lacks byte tokens). As in
  *    SentencePiece, a literal U+2581 in the text cannot be told from a space: it
@@ -31,7 +32,7 @@
 #define TOK_ERR_LEN GGUF_ERR_LEN
 #define TOK_MAX_VOCAB GGUF_LLAMA_MAX_VOCAB /* tokens */
 #define TOK_MAX_PIECE_LEN 1024             /* bytes of one vocabulary entry */
-#define TOK_MAX_TEXT_LEN (4u << 20)        /* bytes of text one tok_encode() accepts (scratch ~52 B/byte) */
+#define TOK_MAX_TEXT_LEN (4u << 20)        /* bytes one tok_encode() takes (scratch ~52 B/byte) */
 
 enum tok_kind { TOK_KIND_SPM = 1, TOK_KIND_BPE = 2 };
 
