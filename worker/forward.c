@@ -258,6 +258,16 @@ static void att_task(void *ctx, uint32_t task)
         const uint32_t n_slots = n_ctx - b * bs < bs ? n_ctx - b * bs : bs;
         const uint8_t *K = kv_row(kv, sq->blocks[b], J->layer, 0, g); /* (bs, hd) */
         const uint8_t *V = kv_row(kv, sq->blocks[b], J->layer, 1, g); /* (bs, hd) */
+        if ((size_t)(b + 1) * bs < n_ctx) { /* next block lies elsewhere: start fetching it */
+            const uint32_t next = sq->blocks[b + 1];
+            const size_t bytes = (size_t)bs * hd * kv->elem_bytes;
+            const uint8_t *nk = kv_row(kv, next, J->layer, 0, g);
+            const uint8_t *nv = kv_row(kv, next, J->layer, 1, g);
+            for (size_t off = 0; off < bytes; off += FWD_CACHE_LINE) {
+                __builtin_prefetch(nk + off);
+                __builtin_prefetch(nv + off);
+            }
+        }
         for (uint32_t t0 = 0; t0 < n_slots; t0 += FWD_TILE) {
             const uint32_t nt = n_slots - t0 < FWD_TILE ? n_slots - t0 : FWD_TILE;
             for (uint32_t j = 0; j < group; j++) {

@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #define FWD_TILE 32              /* K/V slots scored together (online-softmax tile) */
+#define FWD_CACHE_LINE 64        /* bytes; prefetch stride for the next page's K/V rows */
 #define FWD_GROUP_ELEMS_MAX 8192 /* q heads per kv head x head_dim, attention accumulator */
 #define FWD_MAX_TOKENS_LIMIT 65536 /* rows of one fwd_run, upper bound for max_tokens */
 #define FWD_MM_TASKS_PER_THREAD 2 /* column slices per compute thread in one matmul */
