@@ -339,7 +339,10 @@ int broker_handle(struct broker *b, const void *msg, size_t len, uint64_t now_ms
     struct wmsg m;
     struct broker_req q;
     b->requests++;
-    int rc = wmsg_parse(&m, msg, len, h.msg);
+    memset(&m, 0, sizeof(m));
+    int rc = broker_msg_precheck(msg, len, BROKER_REQ_BYTES_MAX, h.msg);
+    if (!rc)
+        rc = wmsg_parse(&m, msg, len, h.msg);
     if (!rc) {
         rc = broker_req_decode(&m, &q, h.msg);
         if (!rc) {

@@ -74,6 +74,7 @@
 #define BROKER_LEASE_TIMEOUT_MS_DEFAULT 3000 /* ms; a lease silent this long expires */
 #define BROKER_LEASE_TIMEOUT_MS_MAX 3600000  /* ms; one hour */
 #define BROKER_SALT_MAX 256            /* bytes of a cache_salt hashed into block hashes */
+#define BROKER_REQ_BYTES_MAX (256u << 10) /* bytes of one request; a full lookup is ~150 KB */
 
 struct broker_hash {
     uint8_t b[BROKER_HASH_BYTES];
@@ -140,6 +141,11 @@ struct broker_req {
 };
 
 const char *broker_req_name(enum broker_req_type t); /* "alloc", ...; never NULL */
+/* Cheap structural pre-check of raw msgpack before msgpack_unpack: len <= max_len, every
+ * byte is a valid msgpack type, and no string, bin, ext, array or map declares more
+ * bytes or elements than the message still holds (msgpack-c would otherwise allocate
+ * for the declared count first: 5 bytes could ask for 64 GiB). 0, or KVD_EMSG with err. */
+int broker_msg_precheck(const void *buf, size_t len, size_t max_len, char err[WIRE_ERR_LEN]);
 /* Decodes and validates a request (type, every field, type, limit, no unknown key).
  * 0, or KVD_EMSG with err naming the problem; out is released on failure. */
 int broker_req_decode(const struct wmsg *m, struct broker_req *out, char err[WIRE_ERR_LEN]);

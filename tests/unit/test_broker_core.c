@@ -453,6 +453,11 @@ START_TEST(test_bad_input)
     wire_put_str(&w, "client", "a-client-name-that-is-much-too-long-to-be-accepted-by-the-broker-ok");
     wire_put_u64(&w, "pid", 1);
     expect_err(&b, &w, KVD_EMSG, "'client'");
+    /* containers that declare more elements than the message holds (msgpack-c would
+     * allocate for the declared count before noticing) */
+    expect_err_raw(&b, "\xdd\xff\xff\xff\xff", 5, KVD_EMSG, "elements declared");
+    expect_err_raw(&b, "\x81\xa1v\xdf\x10\x00\x00\x00", 8, KVD_EMSG, "elements declared");
+    expect_err_raw(&b, "\x81\xa1v\xc6\x7f\xff\xff\xff", 8, KVD_EMSG, "runs past");
     /* a huge message */
     size_t big = WIRE_MSG_MAX + 1;
     char *huge = calloc(1, big);
