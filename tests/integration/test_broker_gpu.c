@@ -20,7 +20,7 @@
 
 extern char **environ;
 
-#define GPU_POOL_BYTES "256M"
+#define GPU_POOL_BYTES "2560M" /* 3 chunks of <= 1 GiB: multi-chunk mapping */
 #define PAT_PARENT 0x3c /* written by this process into page 7 */
 #define PAT_READER 0xc3 /* written by the reader into page 8 */
 
@@ -56,7 +56,8 @@ static int reader_main(const char *fd_path, uint32_t backend)
     e.backend = backend;
     if (pool_attach(fd_path, &e, &mp))
         return 10;
-    if (!mp.device || !page_has(&mp, 7, PAT_PARENT))
+    if (!mp.device || !page_has(&mp, 7, PAT_PARENT) ||
+        !page_has(&mp, mp.desc.num_pages - 1, PAT_PARENT)) /* the last chunk */
         return 11;
     if (page_fill(&mp, 8, PAT_READER))
         return 12;
@@ -77,7 +78,9 @@ static void run_backend(const char *name, uint32_t backend)
     ck_assert_int_eq(pool_attach(h.fd_path, &e, &mp), 0);
     ck_assert(mp.device);
     ck_assert_uint_eq(mp.desc.pool_bytes % (2u << 20), 0);
+    ck_assert_uint_eq(mp.desc.n_chunks, 3);
     ck_assert_int_eq(page_fill(&mp, 7, PAT_PARENT), 0);
+    ck_assert_int_eq(page_fill(&mp, mp.desc.num_pages - 1, PAT_PARENT), 0);
     ck_assert(page_has(&mp, 9, 0)); /* the broker zeroed the pool */
     char self[64], bstr[16];
     snprintf(self, sizeof(self), "/proc/%d/exe", (int)getpid());
