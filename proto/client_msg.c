@@ -265,6 +265,9 @@ int client_generate_encode(const struct client_generate *g, struct wbuf *w,
     int rc = generate_check(g, err);
     if (rc)
         return rc;
+    /* 17 always: id, prompt|tokens, max_tokens, temperature, top_k, top_p, min_p, three
+     * penalties, stop, stop_token_ids, ignore_eos, logprobs, prompt_logprobs, stream,
+     * timeout_ms; plus seed and cache_salt when set. */
     uint32_t n = 17 + (g->has_seed ? 1 : 0) + (g->cache_salt ? 1 : 0);
     wire_begin(w, "generate", n);
     wire_put_u64(w, "id", g->id);

@@ -3,7 +3,7 @@
  * map: one cell per page, or per group of ceil(pages / KVCTL_MAP_MAX_CELLS) pages on a
  * big pool; a group shows its most common state. top: redraws every --interval-ms
  * until 'q' (or --iterations N frames); throughput is the change of kvd's counters
- * between two frames divided by the time between them. */
+ * between two frames divided by the time between them (first frame: since kvd started). */
 #include "tools/kvctl.h"
 
 #include "common/err.h"
@@ -243,12 +243,15 @@ int kvctl_cmd_top(const struct kvctl *k, int argc, char **argv)
             exit_code = kvctl_exit_for(rc);
             break;
         }
-        double t = mono_s(), dt = t - t_prev;
-        double tok_s = it && dt > 0 ? (double)(p.output_tokens_total - prev.output_tokens_total) / dt : 0;
-        double req_s = it && dt > 0 ? (double)((p.requests_finished + p.requests_failed) -
-                                              (prev.requests_finished + prev.requests_failed)) / dt
-                                    : 0;
-        double pre_s = it && dt > 0 ? (double)(p.prefill_tokens_total - prev.prefill_tokens_total) / dt : 0;
+        /* rates: counter deltas between frames; the first frame averages since start */
+        double t = mono_s(), dt = it ? t - t_prev : (double)p.uptime_ms / 1000.0;
+        if (it == 0)
+            memset(&prev, 0, sizeof(prev));
+        double tok_s = dt > 0 ? (double)(p.output_tokens_total - prev.output_tokens_total) / dt : 0;
+        double req_s = dt > 0 ? (double)((p.requests_finished + p.requests_failed) -
+                                        (prev.requests_finished + prev.requests_failed)) / dt
+                              : 0;
+        double pre_s = dt > 0 ? (double)(p.prefill_tokens_total - prev.prefill_tokens_total) / dt : 0;
         if (k->json) {
             struct json j;
             json_init(&j, stdout);
