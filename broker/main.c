@@ -144,7 +144,7 @@ int main(int argc, char **argv)
 
     struct mem_pool mem;
     rc = mem_pool_create(&mem, &d);
-    if (rc && d.backend == MEM_BACKEND_CUDA_VMM && o.backend != MEM_BACKEND_CUDA_VMM) {
+    if (rc && d.backend == MEM_BACKEND_CUDA_VMM && o.cuda_fallback) {
         log_warn("cuda-vmm pool failed (%s); falling back to cuda-ipc", kvd_strerror(rc));
         d.backend = MEM_BACKEND_CUDA_IPC;
         pool_desc_layout(&d, d.pool_bytes, MEM_CUDA_CHUNK_ALIGN, d.n_chunks);

@@ -131,6 +131,7 @@ int broker_opts_parse(struct broker_opts *o, int argc, char **argv, FILE *out)
     o->block_size = BROKER_BLOCK_SIZE_DEFAULT;
     o->kv_dtype = KV_DTYPE_F32;
     o->backend = MEM_BACKEND_ANY;
+    o->cuda_fallback = true;
     o->ready_fd = -1;
     o->lease_timeout_ms = BROKER_LEASE_TIMEOUT_MS_DEFAULT;
     optind = 1;
@@ -184,6 +185,7 @@ int broker_opts_parse(struct broker_opts *o, int argc, char **argv, FILE *out)
             break;
         }
         case OPT_BACKEND:
+            o->cuda_fallback = strcmp(a, "auto") == 0 || strcmp(a, "cuda") == 0;
             if (strcmp(a, "auto") == 0)
                 o->backend = MEM_BACKEND_ANY;
             else if (mem_backend_parse(a, &o->backend))

@@ -36,6 +36,7 @@ struct broker_opts {
     uint64_t pool_bytes;        /* 0: not given */
     double pool_fraction;       /* 0: not given */
     uint32_t backend;           /* enum mem_backend; MEM_BACKEND_ANY = auto */
+    bool cuda_fallback;         /* "cuda" or auto: cuda-ipc when cuda-vmm fails */
     int ready_fd;               /* -1: none */
     uint32_t lease_timeout_ms;
     int cuda_device;
