@@ -192,24 +192,20 @@ static void rope_heads(float *v, const float *cs, uint32_t n_heads, uint32_t hea
     }
 }
 
-/* The one place the K/V dtype varies: a dot with / an update from slot `t` of a row. */
-static inline float kv_dot(const struct kv_view *kv, const float *q, const uint8_t *row,
-                           uint32_t t)
+/* The one place the K/V dtype varies: a dot with / an update from one K or V vector. */
+static inline float kv_dot(const struct kv_view *kv, const float *q, const uint8_t *vec)
 {
-    size_t hd = kv->head_dim;
-    return kv->kv_dtype == KV_DTYPE_F16
-               ? simd_dot_f16(q, (const uint16_t *)row + (size_t)t * hd, hd)
-               : simd_dot_f32(q, (const float *)row + (size_t)t * hd, hd);
+    return kv->kv_dtype == KV_DTYPE_F16 ? simd_dot_f16(q, (const uint16_t *)vec, kv->head_dim)
+                                        : simd_dot_f32(q, (const float *)vec, kv->head_dim);
 }
 
 static inline void kv_axpy(const struct kv_view *kv, float *acc, float c, float w,
-                           const uint8_t *row, uint32_t t)
+                           const uint8_t *vec)
 {
-    size_t hd = kv->head_dim;
     if (kv->kv_dtype == KV_DTYPE_F16)
-        simd_scale_axpy_f16(acc, c, w, (const uint16_t *)row + (size_t)t * hd, hd);
+        simd_scale_axpy_f16(acc, c, w, (const uint16_t *)vec, kv->head_dim);
     else
-        simd_scale_axpy_f32(acc, c, w, (const float *)row + (size_t)t * hd, hd);
+        simd_scale_axpy_f32(acc, c, w, (const float *)vec, kv->head_dim);
 }
 
 static inline void kv_store(const struct kv_view *kv, uint8_t *row, uint32_t t, const float *v)
@@ -231,15 +227,48 @@ struct att_job {
     uint32_t layer;
 };
 
+/* Resolves the K and V vector addresses of positions [t0, t0 + nt) of a sequence (they
+ * may span blocks) into kp/vp, and starts fetching the block after the last one. */
+static void att_tile_ptrs(const struct kv_view *kv, const struct fwd_seq *sq, uint32_t layer,
+                          uint32_t g, uint32_t t0, uint32_t nt, uint32_t n_ctx,
+                          const uint8_t **kp, const uint8_t **vp)
+{
+    const uint32_t bs = kv->block_size;
+    const size_t vec = (size_t)kv->head_dim * kv->elem_bytes; /* bytes per slot vector */
+    uint32_t b = t0 / bs, slot = t0 % bs;
+    const uint8_t *K = kv_row(kv, sq->blocks[b], layer, 0, g); /* (bs, hd) */
+    const uint8_t *V = kv_row(kv, sq->blocks[b], layer, 1, g); /* (bs, hd) */
+    for (uint32_t t = 0; t < nt; t++) {
+        kp[t] = K + slot * vec;
+        vp[t] = V + slot * vec;
+        if (++slot == bs && t + 1 < nt) {
+            slot = 0;
+            b++;
+            K = kv_row(kv, sq->blocks[b], layer, 0, g);
+            V = kv_row(kv, sq->blocks[b], layer, 1, g);
+        }
+    }
+    if ((size_t)(b + 1) * bs < n_ctx) {
+        /* the next block lies elsewhere in the pool: start fetching its rows now */
+        const uint8_t *nk = kv_row(kv, sq->blocks[b + 1], layer, 0, g);
+        const uint8_t *nv = kv_row(kv, sq->blocks[b + 1], layer, 1, g);
+        for (size_t off = 0; off < bs * vec; off += FWD_CACHE_LINE) {
+            __builtin_prefetch(nk + off);
+            __builtin_prefetch(nv + off);
+        }
+    }
+}
+
 /* Task (row r, kv head g): the group of q heads sharing kv head g attend over positions
- * 0..pos of the row's sequence, block by block, tile by tile, online softmax. */
+ * 0..pos of the row's sequence, FWD_TILE positions at a time (a tile may span pages),
+ * online softmax. Pages are read where they lie. */
 static void att_task(void *ctx, uint32_t task)
 {
     const struct att_job *J = ctx;
     const struct fwd *f = J->f;
     const struct model *m = f->m;
     const struct kv_view *kv = J->kv;
-    const uint32_t hd = m->head_dim, group = m->n_heads / m->n_kv_heads, bs = kv->block_size;
+    const uint32_t hd = m->head_dim, group = m->n_heads / m->n_kv_heads;
     const uint32_t r = task / m->n_kv_heads, g = task % m->n_kv_heads;
     const struct fwd_seq *sq = &J->seqs[f->row_seq[r]];
     const uint32_t n_ctx = f->row_pos[r] + 1;
@@ -248,45 +277,32 @@ static void att_task(void *ctx, uint32_t task)
     float acc[FWD_GROUP_ELEMS_MAX]; /* (group, hd) unnormalised outputs */
     float mx[FWD_GROUP_ELEMS_MAX / 2], sum[FWD_GROUP_ELEMS_MAX / 2]; /* (group,) */
     float sc[FWD_TILE];             /* (tile,) scores of one head */
+    const uint8_t *kp[FWD_TILE], *vp[FWD_TILE]; /* (tile,) K and V vectors in the pages */
 
     memset(acc, 0, (size_t)group * hd * sizeof(float));
     for (uint32_t j = 0; j < group; j++) {
         mx[j] = -INFINITY;
         sum[j] = 0.0f;
     }
-    for (uint32_t b = 0; (size_t)b * bs < n_ctx; b++) {
-        const uint32_t n_slots = n_ctx - b * bs < bs ? n_ctx - b * bs : bs;
-        const uint8_t *K = kv_row(kv, sq->blocks[b], J->layer, 0, g); /* (bs, hd) */
-        const uint8_t *V = kv_row(kv, sq->blocks[b], J->layer, 1, g); /* (bs, hd) */
-        if ((size_t)(b + 1) * bs < n_ctx) { /* next block lies elsewhere: start fetching it */
-            const uint32_t next = sq->blocks[b + 1];
-            const size_t bytes = (size_t)bs * hd * kv->elem_bytes;
-            const uint8_t *nk = kv_row(kv, next, J->layer, 0, g);
-            const uint8_t *nv = kv_row(kv, next, J->layer, 1, g);
-            for (size_t off = 0; off < bytes; off += FWD_CACHE_LINE) {
-                __builtin_prefetch(nk + off);
-                __builtin_prefetch(nv + off);
+    for (uint32_t t0 = 0; t0 < n_ctx; t0 += FWD_TILE) {
+        const uint32_t nt = n_ctx - t0 < FWD_TILE ? n_ctx - t0 : FWD_TILE;
+        att_tile_ptrs(kv, sq, J->layer, g, t0, nt, n_ctx, kp, vp);
+        for (uint32_t j = 0; j < group; j++) {
+            float tile_max = -INFINITY;
+            for (uint32_t t = 0; t < nt; t++) {
+                sc[t] = kv_dot(kv, q + (size_t)j * hd, kp[t]) * scale;
+                tile_max = sc[t] > tile_max ? sc[t] : tile_max;
             }
-        }
-        for (uint32_t t0 = 0; t0 < n_slots; t0 += FWD_TILE) {
-            const uint32_t nt = n_slots - t0 < FWD_TILE ? n_slots - t0 : FWD_TILE;
-            for (uint32_t j = 0; j < group; j++) {
-                float tile_max = -INFINITY;
-                for (uint32_t t = 0; t < nt; t++) {
-                    sc[t] = kv_dot(kv, q + (size_t)j * hd, K, t0 + t) * scale;
-                    tile_max = sc[t] > tile_max ? sc[t] : tile_max;
-                }
-                float new_max = tile_max > mx[j] ? tile_max : mx[j];
-                float c = expf(mx[j] - new_max); /* rescales what was summed so far */
-                float *a = acc + (size_t)j * hd;
-                sum[j] *= c;
-                for (uint32_t t = 0; t < nt; t++) {
-                    float w = expf(sc[t] - new_max);
-                    sum[j] += w;
-                    kv_axpy(kv, a, t == 0 ? c : 1.0f, w, V, t0 + t);
-                }
-                mx[j] = new_max;
+            float new_max = tile_max > mx[j] ? tile_max : mx[j];
+            float c = expf(mx[j] - new_max); /* rescales what was summed so far */
+            float *a = acc + (size_t)j * hd;
+            sum[j] *= c;
+            for (uint32_t t = 0; t < nt; t++) {
+                float w = expf(sc[t] - new_max);
+                sum[j] += w;
+                kv_axpy(kv, a, t == 0 ? c : 1.0f, w, vp[t]);
             }
+            mx[j] = new_max;
         }
     }
     float *out = f->att + (size_t)r * m->q_dim + (size_t)g * group * hd;
