@@ -8,9 +8,10 @@ if(TARGET kvddaemon)  # unit tests: pure modules, no processes
   kvd_unit_test(test_nnuv SOURCES unit/test_nnuv.c LIBS kvddaemon)
 endif()
 
-if(TARGET kvd AND TARGET kvdclient)
-  # End to end: real kvd, kvd-broker and kvd-worker processes on real sockets.
-  set(KVD_E2E_DEPS kvd kvd-broker kvd-worker)
+if(TARGET kvd AND TARGET kvdclient AND TARGET kvctl)
+  # End to end: real kvd, kvd-broker and kvd-worker processes on real sockets (kvctl plays
+  # a client process that dies without saying bye).
+  set(KVD_E2E_DEPS kvd kvd-broker kvd-worker kvctl)
   foreach(t test_kvd_e2e test_kvd_prefix)
     if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/integration/${t}.c)
       kvd_unit_test(${t} SOURCES integration/${t}.c integration/test_kvd_harness.c

@@ -14,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define GEN_TIMEOUT_MS 60000
@@ -374,6 +376,48 @@ START_TEST(test_worker_sigkill_mid_generation)
 }
 END_TEST
 
+START_TEST(test_client_loss_releases_pages)
+{
+    /* A client process that dies without "bye": kvd notices the silent session
+     * (KVD_SESSION_TIMEOUT_MS), cancels its request and releases its pages. */
+    static const char *const extra[] = {"--max-model-len", "4096", NULL};
+    struct env e;
+    env_start(&e, extra);
+    /* The client is a separate process (kvctl from the SDK): nanomsg does not survive
+     * a fork of this multithreaded test. */
+    char kvctl[512];
+    snprintf(kvctl, sizeof(kvctl), "%s/kvctl", getenv("KVD_BIN_DIR"));
+    pid_t child = fork();
+    ck_assert_int_ge(child, 0);
+    if (child == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, 1);
+        execl(kvctl, kvctl, "--runtime-dir", e.dir, "generate", "--prompt", "Once upon a time",
+              "--max-tokens", "4000", "--ignore-eos", "--stream", (char *)NULL);
+        _exit(127);
+    }
+    struct broker_stats bs = {0};
+    for (int i = 0; i < 200 && bs.pages_used == 0; i++) {
+        usleep(20 * 1000);
+        ck_assert_int_eq(kh_broker_stats(e.dir, &bs), 0);
+    }
+    ck_assert_int_eq(kill(child, SIGKILL), 0);
+    int st;
+    ck_assert_int_eq(waitpid(child, &st, 0), child);
+    ck_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    ck_assert_int_eq(kh_broker_stats(e.dir, &bs), 0);
+    uint32_t used_then = bs.pages_used;
+    ck_assert_uint_gt(used_then, 0); /* the orphan is still generating */
+    /* Within the session timeout plus a sweep, its pages come back. */
+    for (int i = 0; i < 160 && bs.pages_used; i++) {
+        usleep(50 * 1000);
+        ck_assert_int_eq(kh_broker_stats(e.dir, &bs), 0);
+    }
+    ck_assert_uint_eq(bs.pages_used, 0);
+    env_stop(&e);
+}
+END_TEST
+
 START_TEST(test_sigterm_with_requests_in_flight)
 {
     static const char *const extra[] = {"--max-model-len", "2048", "--grace-ms", "300", NULL};
@@ -430,6 +474,7 @@ int main(void)
     tcase_add_test(tc, test_prompt_too_long);
     tcase_add_test(tc, test_preemption_keeps_outputs);
     tcase_add_test(tc, test_worker_sigkill_mid_generation);
+    tcase_add_test(tc, test_client_loss_releases_pages);
     tcase_add_test(tc, test_sigterm_with_requests_in_flight);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
