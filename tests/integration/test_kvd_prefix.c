@@ -107,7 +107,9 @@ END_TEST
 
 START_TEST(test_hit_while_original_runs)
 {
-    static const char *const extra[] = {"--max-model-len", "2048", NULL};
+    /* Two workers: while the original decodes, the step is split between them, so the
+     * hit's remaining tokens run on the other worker over pages the first one wrote. */
+    static const char *const extra[] = {"--max-model-len", "2048", "--workers", "2", NULL};
     struct env e;
     env_start(&e, extra);
     static uint32_t a[PROMPT_LEN];
