@@ -21,7 +21,7 @@ set_tests_properties(fuzz_gguf PROPERTIES TIMEOUT 600)
 find_program(KVD_CLANG NAMES clang)
 if(KVD_CLANG)
   set(_fz_src ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_gguf.c)
-  foreach(f gguf.c gguf_dtype.c gguf_llama.c tok.c tok_spm.c tok_bpe.c log.c err.c)
+  foreach(f gguf.c gguf_meta.c gguf_dtype.c gguf_llama.c tok.c tok_spm.c tok_bpe.c log.c err.c)
     list(APPEND _fz_src ${CMAKE_SOURCE_DIR}/common/${f})
   endforeach()
   add_custom_command(OUTPUT ${CMAKE_BINARY_DIR}/tests/fuzz_gguf_libfuzzer
