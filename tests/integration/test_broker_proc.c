@@ -469,6 +469,55 @@ START_TEST(test_concurrent_clients)
 }
 END_TEST
 
+/* A broker killed with SIGKILL: an attached worker's mapping stays valid (the memfd
+ * lives while mapped), and a new broker starts in the dir the dead one left behind. */
+START_TEST(test_broker_killed)
+{
+    struct bh h;
+    const char *extra[] = {"--pool-bytes", "1M", NULL};
+    ck_assert_int_eq(bh_start(&h, extra, NULL), 0);
+    struct mem_pool mp;
+    ck_assert_int_eq(pool_attach(h.fd_path, NULL, &mp), 0);
+    memset(mem_pool_page_ptr(&mp, 2), 0x77, mp.desc.geom.page_bytes);
+    uint64_t old_id = mp.desc.pool_id;
+    ck_assert_int_eq(kill(h.pid, SIGKILL), 0);
+    ck_assert_int_eq(waitpid(h.pid, NULL, 0), h.pid);
+    ck_assert_int_eq(access(h.fd_path, F_OK), 0); /* left behind */
+    ck_assert_uint_eq(((uint8_t *)mem_pool_page_ptr(&mp, 2))[100], 0x77);
+    memset(mem_pool_page_ptr(&mp, 3), 0x78, mp.desc.geom.page_bytes); /* no SIGBUS */
+    mem_pool_release(&mp);
+    /* restart in the same dir */
+    char dir[PATHS_MAX];
+    snprintf(dir, sizeof(dir), "%s", h.dir);
+    const char *again[] = {"--runtime-dir", dir, "--layers", "2", "--kv-heads", "2",
+                           "--head-dim", "8", "--block-size", "4", "--pool-bytes", "1M",
+                           "--backend", "host", "--log-level", "warn", NULL};
+    pid_t pid = fork();
+    if (pid == 0) {
+        char bin[PATHS_MAX];
+        const char *argv[20] = {bh_bin("kvd-broker", bin, sizeof(bin))};
+        for (int i = 0; again[i]; i++)
+            argv[i + 1] = again[i];
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    h.pid = pid;
+    int rc = -1;
+    for (int i = 0; i < 250 && rc != 0; i++) {
+        usleep(20000);
+        rc = pool_attach(h.fd_path, NULL, &mp);
+    }
+    ck_assert_int_eq(rc, 0);
+    ck_assert(mp.desc.pool_id != old_id); /* a fresh pool */
+    mem_pool_release(&mp);
+    int s = bh_connect(&h);
+    struct broker_stats bs;
+    ck_assert_int_eq(bh_stats(s, &bs), 0);
+    nn_close(s);
+    ck_assert_int_eq(bh_stop(&h), 0);
+}
+END_TEST
+
 /* A fake broker.fd that sends frame bytes (and fd, if >= 0), then closes. */
 static pid_t fake_fd_server(const char *path, const void *frame, size_t len, int fd)
 {
@@ -601,6 +650,7 @@ int main(void)
     tcase_add_test(tc, test_attach_bad_frames);
     tcase_add_test(tc, test_sd_notify);
     tcase_add_test(tc, test_concurrent_clients);
+    tcase_add_test(tc, test_broker_killed);
     tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
