@@ -15,6 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -418,6 +421,88 @@ START_TEST(test_client_loss_releases_pages)
 }
 END_TEST
 
+/* Runs kvd with args, returns its exit status (stdout/stderr to /dev/null). */
+static int run_kvd_status(const char *const *args)
+{
+    char bin[512];
+    snprintf(bin, sizeof(bin), "%s/kvd", getenv("KVD_BIN_DIR"));
+    char *argv[16];
+    int a = 0;
+    argv[a++] = bin;
+    for (int i = 0; args[i] && a < 15; i++)
+        argv[a++] = (char *)args[i];
+    argv[a] = NULL;
+    pid_t pid = fork();
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, 1);
+        dup2(null, 2);
+        execv(bin, argv);
+        _exit(127);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+START_TEST(test_exit_codes)
+{
+    static const char *const help[] = {"--help", NULL};
+    static const char *const bogus[] = {"--bogus", "1", NULL};
+    static const char *const bad[] = {"--workers", "0", NULL};
+    static const char *const nofile[] = {"--config", "/nonexistent/kvd.conf", NULL};
+    static const char *const nomodel[] = {"--model", "/nonexistent/m.gguf", "--runtime-dir",
+                                          "/tmp", NULL};
+    ck_assert_int_eq(run_kvd_status(help), 0);
+    ck_assert_int_eq(run_kvd_status(bogus), 64);
+    ck_assert_int_eq(run_kvd_status(bad), 78);
+    ck_assert_int_eq(run_kvd_status(nofile), 78);
+    ck_assert_int_eq(run_kvd_status(nomodel), 78);
+}
+END_TEST
+
+START_TEST(test_config_file_and_sd_notify)
+{
+    /* Settings from a config file, and READY=1 over $NOTIFY_SOCKET (systemd's protocol). */
+    char dir[256], conf[300], nsock[300];
+    kh_tmpdir(dir);
+    snprintf(conf, sizeof(conf), "%s/kvd.conf", dir);
+    FILE *f = fopen(conf, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "# test config\nworkers = 2\nmax-model-len = 300\n");
+    fclose(f);
+    snprintf(nsock, sizeof(nsock), "%s/notify.sock", dir);
+    int ns = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    ck_assert_uint_lt(strlen(nsock), sizeof(sa.sun_path));
+    memcpy(sa.sun_path, nsock, strlen(nsock) + 1);
+    ck_assert_int_eq(bind(ns, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    setenv("NOTIFY_SOCKET", nsock, 1);
+    struct env e;
+    const char *const extra[] = {"--config", conf, NULL};
+    snprintf(e.dir, sizeof(e.dir), "%s", dir);
+    ck_assert_int_eq(kh_start(&e.kvd, "kvd", dir, "kvd.sock", extra), 0);
+    unsetenv("NOTIFY_SOCKET");
+    ck_assert_int_eq(kvd_connect(dir, 5000, &e.c), 0);
+    ck_assert_uint_eq(kvd_client_info(e.c)->max_model_len, 300);
+    ck_assert_int_ne(kh_worker_pid(dir, 1), 0); /* two workers */
+    char buf[512];
+    bool ready = false;
+    struct timeval tv = {5, 0};
+    setsockopt(ns, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    for (int i = 0; i < 8 && !ready; i++) {
+        ssize_t n = recv(ns, buf, sizeof(buf) - 1, 0);
+        if (n <= 0)
+            break;
+        buf[n] = '\0';
+        ready = strstr(buf, "READY=1") != NULL;
+    }
+    close(ns);
+    ck_assert_msg(ready, "no READY=1 on NOTIFY_SOCKET");
+    env_stop(&e);
+}
+END_TEST
+
 START_TEST(test_sigterm_with_requests_in_flight)
 {
     static const char *const extra[] = {"--max-model-len", "2048", "--grace-ms", "300", NULL};
@@ -475,6 +560,8 @@ int main(void)
     tcase_add_test(tc, test_preemption_keeps_outputs);
     tcase_add_test(tc, test_worker_sigkill_mid_generation);
     tcase_add_test(tc, test_client_loss_releases_pages);
+    tcase_add_test(tc, test_exit_codes);
+    tcase_add_test(tc, test_config_file_and_sd_notify);
     tcase_add_test(tc, test_sigterm_with_requests_in_flight);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
