@@ -4,6 +4,7 @@
 #include "common/fdpass.h"
 #include "common/log.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -150,8 +151,11 @@ int pool_attach(const char *fd_sock_path, const struct pool_desc *expect, struct
     char why[160];
     int rc, s = connect_unix(fd_sock_path);
     mem_pool_init(out);
-    if (s < 0) {
-        log_err("cannot attach pool '%s': %s", fd_sock_path, kvd_strerror(s));
+    if (s < 0) { /* callers retry these while the broker starts: they log the last one */
+        if (s == -ENOENT || s == -ECONNREFUSED)
+            log_debug("cannot attach pool '%s' yet: %s", fd_sock_path, kvd_strerror(s));
+        else
+            log_err("cannot attach pool '%s': %s", fd_sock_path, kvd_strerror(s));
         return s;
     }
     fdpass_set_timeout(s, FDPASS_TIMEOUT_MS);

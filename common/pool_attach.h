@@ -27,7 +27,9 @@
  * pool_desc_check) and maps the pool into out. Blocking, bounded by FDPASS_TIMEOUT_MS.
  * 0, or: -ENOENT/-ECONNREFUSED (no broker), KVD_EMISMATCH (logged with the field),
  * KVD_EMSG (bad frame), -ENOTSUP (cuda pool in a build without CUDA), -errno. On failure
- * out is zeroed and nothing stays open. Release with mem_pool_release(). Any thread. */
+ * out is zeroed and nothing stays open; every failure is logged except -ENOENT and
+ * -ECONNREFUSED (debug only: callers retry those while the broker starts, and log the
+ * last one). Release with mem_pool_release(). Any thread. */
 int pool_attach(const char *fd_sock_path, const struct pool_desc *expect,
                 struct mem_pool *out);
 
