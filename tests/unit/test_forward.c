@@ -27,7 +27,7 @@ static void check_vs_ref(const char *path, uint32_t block, uint32_t dtype, uint3
 {
     struct harness h;
     uint32_t n_blocks = (n + block - 1) / block;
-    h_init(&h, path, block, dtype, n_blocks + 7, 64, 2);
+    h_init(&h, path, block, dtype, n_blocks + 7, 256, 2);
     uint32_t *toks = calloc(n, sizeof(*toks)), *bt = calloc(n_blocks, sizeof(*bt));
     h_tokens(toks, n, h.m.vocab, 3, seed);
     toks[0] = 1;
@@ -64,6 +64,15 @@ START_TEST(test_stories_chunked_prefill_f32)
     /* prefill in uneven chunks crossing page borders (block 4: 25 pages) */
     static const uint32_t chunks[] = {7, 13, 5, 1, 1, 9, 0};
     check_vs_ref(g_stories, 4, KV_DTYPE_F32, 100, chunks, FWD_TOL_F32, 12);
+}
+END_TEST
+
+START_TEST(test_stories_long_context)
+{
+    /* 600 positions over 38 scrambled pages of 16: prefill chunks of 200, then 200
+     * single-token decode steps reading up to 600 positions each */
+    static const uint32_t chunks[] = {200, 200, 1, 0};
+    check_vs_ref(g_stories, 16, KV_DTYPE_F32, 600, chunks, FWD_TOL_F32, 14);
 }
 END_TEST
 
@@ -387,6 +396,7 @@ static Suite *forward_suite(void)
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, test_stories_prefill_decode_f32);
     tcase_add_test(tc, test_stories_chunked_prefill_f32);
+    tcase_add_test(tc, test_stories_long_context);
     tcase_add_test(tc, test_stories_f16_kv);
     tcase_add_loop_test(tc, test_mkmodel_shapes_f32, 0, sizeof(shapes) / sizeof(shapes[0]));
     tcase_add_test(tc, test_batch_invariance);
