@@ -144,8 +144,21 @@ static void lookup_cb(struct bcli *b, int status, const struct wmsg *m, void *ar
     } else if (n > 0) {
         uint32_t max_hit = (r->seq.n_tokens - 1) / d->cfg.block_size;
         if (n > max_hit || n > r->n_hashes) {
-            log_err("broker returned %zu prefix pages for %u hashes", n, r->n_hashes);
-            n = 0; /* they joined the seq anyway: released with its pages */
+            /* Our block table would no longer match the broker's page list (commits
+             * name pages by position): give the sequence up rather than corrupt the
+             * prefix index. */
+            log_err("broker returned %zu prefix pages for %u hashes: failing seq %llu", n,
+                    r->n_hashes, (unsigned long long)r->seq.id);
+            free(pages);
+            r->end_code = KVD_EINTERNAL;
+            sched_preempt(&d->sched, &r->seq);
+            kvd_release_seq_pages(d, &r->seq);
+            r->holds_pages = false;
+            e->seq = NULL;
+            d->prep_cursor++;
+            d->prep_phase = 0;
+            prepare_next(d);
+            return;
         } else {
             memcpy(r->seq.blocks, pages, n * sizeof(uint32_t));
             sched_entry_hit(&d->sched, e, (uint32_t)n);
