@@ -479,6 +479,12 @@ START_TEST(test_header_faults)
     memcpy(buf + 4, &v, 4);
     ck_assert_int_eq(open_buf(buf, len, err), KVD_EMODEL);
     ck_assert_ptr_nonnull(strstr(err, "version 1 is not supported"));
+    v = 2; /* v2 has v3's layout (v3 only added big-endian files): accepted */
+    memcpy(buf + 4, &v, 4);
+    ck_assert_msg(open_buf(buf, len, err) == 0, "%s", err);
+    v = 4;
+    memcpy(buf + 4, &v, 4);
+    ck_assert_int_eq(open_buf(buf, len, err), KVD_EMODEL);
     v = 0x03000000; /* a big-endian v3 */
     memcpy(buf + 4, &v, 4);
     ck_assert_int_eq(open_buf(buf, len, err), KVD_EMODEL);
