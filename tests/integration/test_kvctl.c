@@ -432,6 +432,44 @@ START_TEST(test_sdk_stream_cancel_concurrent)
 }
 END_TEST
 
+START_TEST(test_live_accounting)
+{
+    /* while a request runs, seqs / pool / map show it; after cancel, nothing is held */
+    ck_assert_int_ge(g_kvd, 0);
+    char *out = malloc(OUT_MAX), *err = malloc(OUT_MAX);
+    struct kvd_client *c;
+    ck_assert_int_eq(kvd_connect(g_dir, 3000, &c), 0);
+    struct kvd_params p = KVD_PARAMS_INIT;
+    struct kvd_event ev;
+    uint64_t id;
+    p.prompt = "Once upon a time";
+    p.max_tokens = 480;
+    p.ignore_eos = true;
+    p.temperature = 0;
+    ck_assert_int_eq(kvd_submit(c, &p, &id), 0);
+    ck_assert_int_eq(kvd_next_event(c, &ev, 10000), 0); /* it is decoding now */
+    ck_assert_int_eq(run(out, err, "%s/kvctl --runtime-dir %s --json seqs", g_bin, g_dir), 0);
+    ck_assert_msg(jnum(out, "n_total") >= 1, "%s", out);
+    ck_assert(jnum(out, "pages") >= 1);
+    ck_assert(strstr(out, "\"state\": \"decode\"") || strstr(out, "\"state\": \"prefill\""));
+    ck_assert_int_eq(run(out, err, "%s/kvctl --runtime-dir %s --json pool", g_bin, g_dir), 0);
+    ck_assert(jnum(out, "pages_used") >= 1);
+    ck_assert(jnum(out, "tokens_stored") >= 5);
+    ck_assert(jnum(out, "requests_running") >= 1);
+    ck_assert_int_eq(run(out, err, "%s/kvctl --runtime-dir %s --json map", g_bin, g_dir), 0);
+    ck_assert(jnum(out, "pages_used") >= 1);
+    ck_assert(strchr(strstr(out, "\"cells\""), '#') || strchr(strstr(out, "\"cells\""), 'S'));
+    ck_assert_int_eq(kvd_cancel(c, id), 0);
+    do
+        ck_assert_int_eq(kvd_next_event(c, &ev, 10000), 0);
+    while (ev.type != KVD_EVENT_DONE);
+    kvd_close(c);
+    assert_pool_idle();
+    free(out);
+    free(err);
+}
+END_TEST
+
 static int stop_after_first(const struct kvd_event *ev, void *arg)
 {
     (void)ev;
@@ -628,6 +666,7 @@ int main(void)
     tcase_add_test(live, test_prefix_and_evict);
     tcase_add_test(live, test_sdk_stream_cancel_concurrent);
     tcase_add_test(live, test_sdk_generate_callback_cancel_and_timeout);
+    tcase_add_test(live, test_live_accounting);
     tcase_add_test(live, test_bench_run);
     suite_add_tcase(s, live);
     TCase *dead = tcase_create("dead");
