@@ -365,6 +365,18 @@ int broker_handle(struct broker *b, const void *msg, size_t len, uint64_t now_ms
     return rc;
 }
 
+int broker_adopt_cached(struct broker *b, const struct broker_hash *h, uint32_t page)
+{
+    if (page >= b->pool.n_pages || b->pool.pages[page].state != POOL_PAGE_FREE)
+        return -EINVAL;
+    int rc = prefix_insert(&b->prefix, h, page);
+    if (rc)
+        return rc;
+    rc = pool_adopt_cached(&b->pool, page);
+    KVD_BUG_ON(rc != 0);
+    return 0;
+}
+
 void broker_stats_fill(const struct broker *b, uint64_t now_ms, struct broker_stats *s)
 {
     memset(s, 0, sizeof(*s));

@@ -46,6 +46,11 @@ uint32_t broker_expire(struct broker *b, uint64_t now_ms);
 /* Ends one lease now (detach path). Returns the refs released. */
 uint64_t broker_lease_end(struct broker *b, struct lease *l);
 
+/* Re-indexes h -> page as a cached page in a freshly initialised broker (a pool taken
+ * back from the systemd fd store). 0, -EINVAL (page out of range or not free), -EEXIST
+ * / -EBUSY (hash or page already indexed); nothing changes on failure. */
+int broker_adopt_cached(struct broker *b, const struct broker_hash *h, uint32_t page);
+
 void broker_stats_fill(const struct broker *b, uint64_t now_ms, struct broker_stats *s);
 /* pool_check + prefix_check + the cross-module invariants above. 0 or -EINVAL. */
 int broker_check(const struct broker *b);

@@ -1,6 +1,7 @@
 /* kvd-broker: owns the KV page pool. main() parses flags, sizes and creates the pool,
  * starts the server on one libuv loop and runs it until SIGTERM/SIGINT. */
 #include "broker/core.h"
+#include "broker/fdstore.h"
 #include "broker/opts.h"
 #include "broker/server.h"
 #include "common/err.h"
@@ -108,6 +109,51 @@ static int pool_plan(const struct broker_opts *o, struct pool_desc *d)
     return 0;
 }
 
+/* A pool parked in systemd's fd store by the previous broker of this unit: take it back
+ * when its descriptor matches what the flags ask for (same model, geometry, dtype, layout,
+ * host backend); the epoch is bumped. 0 and *mem / *d filled with entries to re-index,
+ * or -ENOENT (nothing parked, or it does not match: a new pool is made). */
+static int pool_take_back(const struct pool_desc *want, struct pool_desc *d,
+                          struct mem_pool *mem, struct fdstore_entry **entries, size_t *n)
+{
+    int pool_fd, state_fd;
+    if (fdstore_take(&pool_fd, &state_fd))
+        return -ENOENT;
+    struct pool_desc old, expect;
+    char why[160] = "";
+    int rc = fdstore_load(state_fd, &old, entries, n);
+    close(state_fd);
+    memset(&expect, 0, sizeof(expect));
+    expect.model_fp = want->model_fp;
+    expect.geom = want->geom;
+    expect.layout_version = want->layout_version;
+    expect.backend = MEM_BACKEND_HOST;
+    if (rc == 0 && want->backend != MEM_BACKEND_HOST) {
+        snprintf(why, sizeof(why), "backend %s pools are not parked",
+                 mem_backend_name(want->backend));
+        rc = -ENOTSUP;
+    }
+    if (rc == 0)
+        rc = pool_desc_check(&old, &expect, why, sizeof(why));
+    if (rc == 0) {
+        old.epoch++;
+        rc = mem_host_adopt(mem, &old, pool_fd);
+    }
+    if (rc) {
+        log_warn("not taking back the parked pool: %s%s%s; creating a new one", kvd_strerror(rc),
+                 why[0] ? ": " : "", why);
+        close(pool_fd);
+        free(*entries);
+        *entries = NULL;
+        *n = 0;
+        return -ENOENT;
+    }
+    *d = old;
+    log_info("took back pool %016llx from the systemd fd store: epoch %u, %zu indexed pages",
+             (unsigned long long)old.pool_id, old.epoch, *n);
+    return 0;
+}
+
 static void ready_signal(int fd)
 {
     if (fd >= 0) {
@@ -143,7 +189,10 @@ int main(int argc, char **argv)
     d.layout_version = KV_LAYOUT_VERSION;
 
     struct mem_pool mem;
-    rc = mem_pool_create(&mem, &d);
+    struct fdstore_entry *parked = NULL;
+    size_t n_parked = 0;
+    bool taken_back = pool_take_back(&d, &d, &mem, &parked, &n_parked) == 0;
+    rc = taken_back ? 0 : mem_pool_create(&mem, &d);
     if (rc && d.backend == MEM_BACKEND_CUDA_VMM && o.cuda_fallback) {
         log_warn("cuda-vmm pool failed (%s); falling back to cuda-ipc", kvd_strerror(rc));
         d.backend = MEM_BACKEND_CUDA_IPC;
@@ -155,6 +204,8 @@ int main(int argc, char **argv)
                 (unsigned long long)d.pool_bytes, kvd_strerror(rc));
         return BROKER_EX_SOFTWARE;
     }
+    if (!taken_back)
+        fdstore_park_pool(&mem);
 
     uv_loop_t loop;
     struct broker core;
@@ -164,8 +215,15 @@ int main(int argc, char **argv)
     if ((rc = broker_init(&core, &d, o.lease_timeout_ms, uv_now(&loop)))) {
         log_err("cannot set up the page table: %s", kvd_strerror(rc));
         exit_code = BROKER_EX_SOFTWARE;
+        free(parked);
         goto out_release_mem;
     }
+    for (size_t i = 0; i < n_parked; i++)
+        if (broker_adopt_cached(&core, &parked[i].hash, parked[i].page))
+            log_warn("parked index entry for page %u dropped (invalid or duplicate)",
+                     parked[i].page);
+    free(parked);
+    parked = NULL;
     if ((rc = broker_server_start(&srv, &loop, &core, &mem, dir))) {
         exit_code = rc == -EADDRINUSE ? BROKER_EX_UNAVAILABLE : BROKER_EX_SOFTWARE;
         goto out_release_core;
@@ -178,6 +236,7 @@ int main(int argc, char **argv)
              (unsigned long long)d.pool_bytes, mem_backend_name(d.backend), o.lease_timeout_ms);
     ready_signal(o.ready_fd);
     uv_run(&loop, UV_RUN_DEFAULT);
+    fdstore_save(&core);
     log_info("stopped: %llu requests, %llu errors, %llu hand-overs",
              (unsigned long long)core.requests, (unsigned long long)core.errors,
              (unsigned long long)srv.attaches);

@@ -145,6 +145,17 @@ int pool_set_indexed(struct pool *p, uint32_t page)
     return 0;
 }
 
+int pool_adopt_cached(struct pool *p, uint32_t page)
+{
+    if (page >= p->n_pages || p->pages[page].state != POOL_PAGE_FREE)
+        return -EINVAL;
+    list_remove(p, &p->free_q, page);
+    p->pages[page].state = POOL_PAGE_CACHED;
+    p->pages[page].indexed = true;
+    list_push_tail(p, &p->lru, page);
+    return 0;
+}
+
 uint32_t pool_evict_cached(struct pool *p, uint32_t max)
 {
     uint32_t k = 0;

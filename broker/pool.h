@@ -70,6 +70,9 @@ int pool_unref(struct pool *p, uint32_t page);
 void pool_unref_seq(struct pool *p, const uint32_t *pages, size_t n);
 /* Marks a used page as indexed. -EINVAL if not in use or already indexed. */
 int pool_set_indexed(struct pool *p, uint32_t page);
+/* Makes a free page cached (indexed, refcount 0, at the LRU tail): re-adopting the index
+ * of a pool a previous broker filled. -EINVAL if the page is not free. */
+int pool_adopt_cached(struct pool *p, uint32_t page);
 /* Evicts up to max cached pages, LRU first (callback per page). Returns the count. */
 uint32_t pool_evict_cached(struct pool *p, uint32_t max);
 

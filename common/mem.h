@@ -126,6 +126,10 @@ void mem_pool_init(struct mem_pool *mp);
 int mem_host_create(struct mem_pool *mp, const struct pool_desc *d);
 int mem_host_import(struct mem_pool *mp, const struct pool_desc *d, int *fds, uint32_t n_fds);
 void mem_host_release(struct mem_pool *mp);
+/* Takes over a host pool a previous creator parked (systemd fd store): checks and maps fd
+ * like import, but keeps fd and becomes the owner (it hands the pool out). On failure fd
+ * is left open for the caller. */
+int mem_host_adopt(struct mem_pool *mp, const struct pool_desc *d, int fd);
 /* MemAvailable from /proc/meminfo in bytes, or a negative code. */
 int64_t mem_host_available(void);
 

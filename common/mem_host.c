@@ -109,3 +109,16 @@ int64_t mem_host_available(void)
     fclose(f);
     return kb < 0 ? -ENOENT : (int64_t)kb * 1024;
 }
+
+int mem_host_adopt(struct mem_pool *mp, const struct pool_desc *d, int fd)
+{
+    mem_pool_init(mp);
+    int fds[1] = {fd};
+    int rc = mem_host_import(mp, d, fds, 1);
+    if (rc)
+        return rc;
+    mp->fds[0] = fd;
+    mp->n_fds = 1;
+    mp->owner = true;
+    return 0;
+}

@@ -518,6 +518,149 @@ START_TEST(test_broker_killed)
 }
 END_TEST
 
+/* Receives notify datagrams until one carries FDNAME=name with an fd; returns the fd. */
+static int notify_recv_fd(int n, const char *name)
+{
+    for (int i = 0; i < 100; i++) {
+        char buf[512];
+        union {
+            char c[CMSG_SPACE(sizeof(int) * 8) + CMSG_SPACE(sizeof(struct ucred))];
+            struct cmsghdr align;
+        } ctl;
+        struct iovec iov = {buf, sizeof(buf) - 1};
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.c,
+                            .msg_controllen = sizeof(ctl.c)};
+        ssize_t k = recvmsg(n, &mh, MSG_CMSG_CLOEXEC);
+        if (k <= 0)
+            return -1;
+        buf[k] = '\0';
+        int fd = -1;
+        for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+            if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+                memcpy(&fd, CMSG_DATA(c), sizeof(fd));
+        char want[64];
+        snprintf(want, sizeof(want), "FDNAME=%s", name);
+        if (fd >= 0 && strstr(buf, "FDSTORE=1") && strstr(buf, want))
+            return fd;
+        if (fd >= 0)
+            close(fd);
+    }
+    return -1;
+}
+
+/* Under systemd the pool and the prefix index are parked in the fd store; a restarted
+ * broker takes them back (same pool id, epoch + 1) and serves the old KV as cached. */
+START_TEST(test_fdstore_restart)
+{
+    char ndir[] = "/tmp/kvd-bt-XXXXXX", npath[PATHS_MAX];
+    ck_assert_ptr_nonnull(mkdtemp(ndir));
+    paths_join(npath, sizeof(npath), ndir, "notify");
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    memcpy(sa.sun_path, npath, strlen(npath) + 1);
+    int n = socket(AF_UNIX, SOCK_DGRAM, 0);
+    ck_assert_int_eq(bind(n, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    ck_assert_int_eq(fdpass_set_timeout(n, 5000), 0);
+    setenv("NOTIFY_SOCKET", npath, 1);
+    struct bh h;
+    const char *extra[] = {"--pool-bytes", "1M", NULL};
+    ck_assert_int_eq(bh_start(&h, extra, NULL), 0);
+    int pool_fd = notify_recv_fd(n, "kvd-pool");
+    ck_assert_int_ge(pool_fd, 0);
+    /* a daemon fills 3 blocks and commits them; a worker writes their KV */
+    struct broker_hash hs[3];
+    struct broker_hash_key key = {0xfeed, 0, 4, NULL, 0};
+    uint32_t toks[4] = {1, 2, 3, 4}, pages[3];
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(broker_hash_block(&hs[i], i ? &hs[i - 1] : NULL, toks, 4, &key), 0);
+    int s = bh_connect(&h);
+    uint64_t lease;
+    struct pool_desc d1;
+    ck_assert_int_eq(bh_attach(s, &lease, &d1), 0);
+    ck_assert_int_eq(bh_alloc(s, lease, 9, 3, pages), 0);
+    struct wbuf w;
+    struct wmsg m;
+    void *raw;
+    uint64_t added;
+    char err[WIRE_ERR_LEN];
+    wbuf_init(&w);
+    broker_req_commit_encode(&w, lease, 9, 0, hs, 3);
+    ck_assert_int_eq(bh_call(s, &w, &m, &raw), 0);
+    ck_assert_int_eq(broker_rep_commit_decode(&m, &added, err), 0);
+    ck_assert_uint_eq(added, 3);
+    bh_reply_free(&m, raw);
+    nn_close(s);
+    struct mem_pool mp;
+    ck_assert_int_eq(pool_attach(h.fd_path, NULL, &mp), 0);
+    for (int i = 0; i < 3; i++)
+        memset(mem_pool_page_ptr(&mp, pages[i]), 0x40 + i, mp.desc.geom.page_bytes);
+    mem_pool_release(&mp);
+    /* clean stop: the index is parked */
+    kill(h.pid, SIGTERM);
+    int st;
+    ck_assert_int_eq(waitpid(h.pid, &st, 0), h.pid);
+    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    int state_fd = notify_recv_fd(n, "kvd-state");
+    ck_assert_int_ge(state_fd, 0);
+    /* "systemd" starts the next broker with both fds */
+    const char *args[] = {"--runtime-dir", h.dir, "--layers", "2", "--kv-heads", "2",
+                          "--head-dim", "8", "--block-size", "4", "--model-fp", "0xfeed",
+                          "--pool-bytes", "2M", "--backend", "host", "--log-level", "warn",
+                          NULL};
+    pid_t pid = fork();
+    if (pid == 0) {
+        char bin[PATHS_MAX], lpid[32];
+        const char *argv[24] = {bh_bin("kvd-broker", bin, sizeof(bin))};
+        for (int i = 0; args[i]; i++)
+            argv[i + 1] = args[i];
+        if (dup2(pool_fd, 3) < 0 || dup2(state_fd, 4) < 0)
+            _exit(126);
+        snprintf(lpid, sizeof(lpid), "%d", (int)getpid()); /* exec keeps the pid */
+        setenv("LISTEN_PID", lpid, 1);
+        setenv("LISTEN_FDS", "2", 1);
+        setenv("LISTEN_FDNAMES", "kvd-pool:kvd-state", 1);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(pool_fd);
+    close(state_fd);
+    h.pid = pid;
+    int rc = -1;
+    for (int i = 0; i < 250 && rc != 0; i++) {
+        usleep(20000);
+        rc = pool_attach(h.fd_path, NULL, &mp);
+    }
+    ck_assert_int_eq(rc, 0);
+    ck_assert_uint_eq(mp.desc.pool_id, d1.pool_id); /* the same pool */
+    ck_assert_uint_eq(mp.desc.epoch, d1.epoch + 1);
+    ck_assert_uint_eq(mp.desc.num_pages, d1.num_pages); /* its size, not the new flag's */
+    for (int i = 0; i < 3; i++)
+        ck_assert_uint_eq(((uint8_t *)mem_pool_page_ptr(&mp, pages[i]))[5], 0x40 + i);
+    mem_pool_release(&mp);
+    s = bh_connect(&h);
+    ck_assert_int_eq(bh_attach(s, &lease, NULL), 0);
+    struct broker_stats bs;
+    ck_assert_int_eq(bh_stats(s, &bs), 0);
+    ck_assert_uint_eq(bs.pages_cached, 3);
+    ck_assert_uint_eq(bs.prefix_entries, 3);
+    broker_req_lookup_encode(&w, lease, 1, hs, 3);
+    ck_assert_int_eq(bh_call(s, &w, &m, &raw), 0);
+    uint32_t *hit = NULL;
+    size_t nh = 0;
+    ck_assert_int_eq(broker_rep_lookup_decode(&m, &hit, &nh, err), 0);
+    ck_assert_uint_eq(nh, 3);
+    for (int i = 0; i < 3; i++)
+        ck_assert_uint_eq(hit[i], pages[i]);
+    free(hit);
+    bh_reply_free(&m, raw);
+    nn_close(s);
+    ck_assert_int_eq(bh_stop(&h), 0);
+    unsetenv("NOTIFY_SOCKET");
+    close(n);
+    unlink(npath);
+    rmdir(ndir);
+}
+END_TEST
+
 /* A fake broker.fd that sends frame bytes (and fd, if >= 0), then closes. */
 static pid_t fake_fd_server(const char *path, const void *frame, size_t len, int fd)
 {
@@ -651,6 +794,7 @@ int main(void)
     tcase_add_test(tc, test_sd_notify);
     tcase_add_test(tc, test_concurrent_clients);
     tcase_add_test(tc, test_broker_killed);
+    tcase_add_test(tc, test_fdstore_restart);
     tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
