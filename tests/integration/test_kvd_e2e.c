@@ -383,7 +383,7 @@ START_TEST(test_client_loss_releases_pages)
 {
     /* A client process that dies without "bye": kvd notices the silent session
      * (KVD_SESSION_TIMEOUT_MS), cancels its request and releases its pages. */
-    static const char *const extra[] = {"--max-model-len", "4096", NULL};
+    static const char *const extra[] = {"--max-model-len", "16384", NULL};
     struct env e;
     env_start(&e, extra);
     /* The client is a separate process (kvctl from the SDK): nanomsg does not survive
@@ -396,7 +396,7 @@ START_TEST(test_client_loss_releases_pages)
         int null = open("/dev/null", O_WRONLY);
         dup2(null, 1);
         execl(kvctl, kvctl, "--runtime-dir", e.dir, "generate", "--prompt", "Once upon a time",
-              "--max-tokens", "4000", "--ignore-eos", "--stream", (char *)NULL);
+              "--max-tokens", "16000", "--ignore-eos", "--stream", (char *)NULL);
         _exit(127);
     }
     struct broker_stats bs = {0};
@@ -417,6 +417,12 @@ START_TEST(test_client_loss_releases_pages)
         ck_assert_int_eq(kh_broker_stats(e.dir, &bs), 0);
     }
     ck_assert_uint_eq(bs.pages_used, 0);
+    /* Released because kvd ended the silent session (cancelled), not because the
+     * 16000 tokens were done. */
+    struct admin_pool ap;
+    ck_assert_int_eq(kh_admin_pool(e.dir, &ap), 0);
+    ck_assert_uint_eq(ap.requests_failed, 1);
+    ck_assert_uint_eq(ap.requests_finished, 0);
     env_stop(&e);
 }
 END_TEST
