@@ -308,7 +308,7 @@ static int step_seq_result_decode(const msgpack_object *o, struct step_seq_resul
     if (wire_get(o, "token")) {
         q->has_token = true;
         if ((rc = wire_u32(o, "token", true, 0, STEP_MAX_TOKEN_ID, &q->token, err)) < 0 ||
-            (rc = wire_f64(o, "logprob", true, 0, -1e30, 0.0, &lp, err)) < 0 ||
+            (rc = wire_f64(o, "logprob", true, 0, STEP_LOGPROB_MIN, 0.0, &lp, err)) < 0 ||
             (rc = get_lps(o, "top", STEP_MAX_LOGPROBS, q->top, &q->n_top, err)) < 0)
             return rc;
         q->logprob = (float)lp;

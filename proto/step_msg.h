@@ -69,6 +69,7 @@
 #define STEP_MAX_FREQ_PENALTY 100.0    /* frequency/presence in [-100, 100] */
 #define STEP_ERR_MSG_MAX 512           /* bytes of an "err" msg */
 #define STEP_WORKER_INDEX_MAX 1023     /* worker indices 0..1023 */
+#define STEP_LOGPROB_MIN (-3.0e38)     /* lowest logprob on the wire (a zero probability) */
 
 struct step_hello {
     uint32_t index;     /* worker index N (worker-N.sock) */

@@ -94,8 +94,7 @@ static void exec_use_logits(struct exec *e, const struct step_msg *s, uint32_t n
         if (q->prompt_logprobs && (!last || q->has_next_token)) {
             uint32_t next = last ? q->next_token : q->tokens[t + 1];
             double lse = sampler_logsumexp(lg, V);
-            double lp = (double)lg[next] - lse;
-            r->prompt[r->n_prompt++] = (struct step_lp){next, lp < -1e30 ? -1e30f : (float)lp};
+            r->prompt[r->n_prompt++] = (struct step_lp){next, sampler_logprob(lg[next], lse)};
         }
         if (last && q->sample)
             sampler_sample(&e->smp, lg, &q->sp, q->penalty_tokens, q->n_penalty_tokens,

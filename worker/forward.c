@@ -173,6 +173,8 @@ static void matmul(const struct fwd *f, float *y, const float *x, const float *W
                    const uint16_t *Wh, size_t n, size_t in, size_t out, float beta)
 {
     size_t tasks = (size_t)f->tp->n_threads * FWD_MM_TASKS_PER_THREAD;
+    size_t by_work = n * in * out / FWD_PAR_MIN_MACS; /* tiny products: fewer tasks */
+    tasks = by_work < tasks ? (by_work ? by_work : 1) : tasks;
     size_t cols = (out + tasks - 1) / tasks;
     cols = (cols + FWD_MM_COL_ALIGN - 1) / FWD_MM_COL_ALIGN * FWD_MM_COL_ALIGN;
     struct mm_job job = {y, x, W, n <= FWD_F16_ROWS_MAX ? Wh : NULL, n, in, out, cols, beta};
@@ -333,6 +335,14 @@ static void fwd_attention(struct fwd *f, const struct kv_view *kv, const struct 
         }
     }
     struct att_job job = {f, kv, seqs, layer};
+    size_t macs = 0; /* q.k and w.v multiply-adds of this layer, to skip fan-out when tiny */
+    for (uint32_t r = 0; r < f->n_rows; r++)
+        macs += (size_t)(f->row_pos[r] + 1) * 2 * m->q_dim;
+    if (macs < FWD_PAR_MIN_MACS) {
+        for (uint32_t t = 0; t < f->n_rows * m->n_kv_heads; t++)
+            att_task(&job, t);
+        return;
+    }
     tpool_run(f->tp, att_task, &job, f->n_rows * m->n_kv_heads);
 }
 

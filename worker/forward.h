@@ -30,6 +30,8 @@
 #define FWD_MAX_TOKENS_LIMIT 65536 /* rows of one fwd_run, upper bound for max_tokens */
 #define FWD_MM_TASKS_PER_THREAD 2 /* column slices per compute thread in one matmul */
 #define FWD_MM_COL_ALIGN 16       /* slice width multiple (one AVX-512 register of floats) */
+#define FWD_PAR_MIN_MACS (1u << 16) /* multiply-adds below which a task is not worth a
+                                       thread hand-off (~10 us of work) */
 #define FWD_F16_ROWS_MAX 16       /* up to this many rows multiply with f16 weights (in
                                      groups of SIMD_ROWS_MAX); measured on AVX-512: 2-3x
                                      faster than f32 sgemm up to 16 rows, even at 32 */

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SAMPLER_LOGPROB_FLOOR (-1e30f) /* logprob reported for a probability that is 0 */
 
 int sampler_init(struct sampler *s, uint32_t vocab)
 {
@@ -55,10 +54,11 @@ double sampler_logsumexp(const float *logits, uint32_t vocab)
     return mx + log(sum);
 }
 
-static float lp_of(float logit, double lse)
+float sampler_logprob(float logit, double lse)
 {
     double v = (double)logit - lse;
-    return v < SAMPLER_LOGPROB_FLOOR ? SAMPLER_LOGPROB_FLOOR : (float)v;
+    /* NaN (garbage K/V in a page) too: the wire carries finite numbers only */
+    return !(v >= SAMPLER_LOGPROB_FLOOR) ? SAMPLER_LOGPROB_FLOOR : v > 0.0 ? 0.0f : (float)v;
 }
 
 void sampler_penalize(struct sampler *s, float *logits, const struct step_sampling *sp,
@@ -115,7 +115,7 @@ uint32_t sampler_top(const float *logits, uint32_t vocab, double lse, uint32_t n
         best[j] = (struct sampler_cand){i, l};
     }
     for (uint32_t i = 0; i < n; i++)
-        top[i] = (struct step_lp){best[i].id, lp_of(best[i].logit, lse)};
+        top[i] = (struct step_lp){best[i].id, sampler_logprob(best[i].logit, lse)};
     return n;
 }
 
@@ -195,5 +195,5 @@ void sampler_sample(struct sampler *s, float *logits, const struct step_sampling
     }
     out->has_token = true;
     out->token = tok;
-    out->logprob = lp_of(logits[tok], lse);
+    out->logprob = sampler_logprob(logits[tok], lse);
 }

@@ -43,6 +43,11 @@ double sampler_uniform(uint64_t seed, uint64_t position);
 /* log(sum(exp(logits))) over vocab entries, max-shifted for stability. */
 double sampler_logsumexp(const float *logits, uint32_t vocab);
 
+/* logit - lse as a float in [SAMPLER_LOGPROB_FLOOR, 0]; NaN and -inf map to the floor,
+ * so results always encode (the wire refuses non-finite numbers). */
+#define SAMPLER_LOGPROB_FLOOR (-1e30f)
+float sampler_logprob(float logit, double lse);
+
 /* Applies step 1 to logits in place. Ids >= vocab in hist are ignored. */
 void sampler_penalize(struct sampler *s, float *logits, const struct step_sampling *sp,
                       const uint32_t *hist, uint32_t n_hist);

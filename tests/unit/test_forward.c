@@ -355,6 +355,43 @@ START_TEST(test_exec_rejects_bad_step)
 }
 END_TEST
 
+/* Pages holding garbage (NaN bytes, as a buggy or foreign writer could leave them) give
+ * a result that still encodes and decodes: a token id in range, finite logprobs. */
+START_TEST(test_exec_garbage_pages)
+{
+    struct harness h;
+    struct exec e;
+    h_init(&h, g_stories, 16, KV_DTYPE_F32, 4, 32, 1);
+    memset(h.kvmem, 0xff, 4 * h.g.page_bytes); /* 0xffffffff is a NaN */
+    ck_assert_int_eq(exec_init(&e, &h.m, &h.tp, &h.kv, 32), 0);
+    uint32_t t[3] = {1, 2, 3}, bt[2] = {2, 0};
+    struct step_seq q;
+    memset(&q, 0, sizeof(q));
+    q = (struct step_seq){.seq_id = 1, .tokens = t, .n_tokens = 3, .pos0 = 16, .blocks = bt,
+                          .n_blocks = 2, .sample = true, .logprobs = 5, .prompt_logprobs = true};
+    step_sampling_default(&q.sp);
+    q.sp.temperature = 0.7f;
+    q.sp.top_p = 0.9f;
+    struct step_msg s = {1, 1, &q};
+    struct step_result r, back;
+    char why[EXEC_WHY_LEN], err[WIRE_ERR_LEN];
+    ck_assert_int_eq(exec_step(&e, &s, &r, why), 0);
+    ck_assert_uint_lt(r.seqs[0].token, h.m.vocab);
+    struct wbuf w;
+    struct wmsg m;
+    wbuf_init(&w);
+    step_result_encode(&w, &r);
+    ck_assert_int_eq(wmsg_parse(&m, w.sb.data, w.sb.size, err), 0);
+    ck_assert_msg(step_result_decode(&m, &back, err) == 0, "%s", err);
+    ck_assert_uint_eq(back.seqs[0].n_prompt, 2);
+    step_result_release(&back);
+    wmsg_release(&m);
+    wbuf_release(&w);
+    exec_release(&e);
+    h_release(&h);
+}
+END_TEST
+
 /* fwd_check refuses what would read or write outside the sequence's pages. */
 START_TEST(test_check_rejects)
 {
@@ -406,6 +443,7 @@ static Suite *forward_suite(void)
     tcase_add_test(tc, test_check_rejects);
     tcase_add_test(tc, test_stories_golden_exec);
     tcase_add_test(tc, test_exec_rejects_bad_step);
+    tcase_add_test(tc, test_exec_garbage_pages);
     tcase_add_test(tc, test_load_rejects_missing_file);
     suite_add_tcase(s, tc);
     return s;
