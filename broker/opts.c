@@ -38,7 +38,9 @@ static const char usage[] =
     "  --ready-fd N            write \"ready\\n\" to fd N once serving, then close it\n"
     "  --log-level error|warn|info|debug   (default info)\n"
     "  --help                  this text\n"
-    "Under systemd (NOTIFY_SOCKET set) it sends READY=1, STATUS= and WATCHDOG=1.\n"
+    "Under systemd (NOTIFY_SOCKET set) it sends READY=1, STATUS= and WATCHDOG=1, and parks\n"
+    "the host pool and its prefix index in the unit's fd store (FileDescriptorStoreMax=2):\n"
+    "a restarted broker with the same model and geometry takes them back, KV intact.\n"
     "Exit codes: 0 clean stop (SIGTERM/SIGINT), 64 bad flag, 69 another broker serves\n"
     "the runtime dir, 70 internal failure, 78 bad configuration.\n";
 

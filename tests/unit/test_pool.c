@@ -113,6 +113,26 @@ START_TEST(test_eviction_order)
 }
 END_TEST
 
+START_TEST(test_adopt_cached)
+{
+    struct pool p;
+    struct evict_log ev = {{0}, 0};
+    uint32_t out[3];
+    ck_assert_int_eq(pool_init(&p, 3, log_evict_cb, &ev), 0);
+    ck_assert_int_eq(pool_adopt_cached(&p, 1), 0);
+    ck_assert_int_eq(pool_adopt_cached(&p, 1), -EINVAL); /* not free any more */
+    ck_assert_int_eq(pool_adopt_cached(&p, 3), -EINVAL);
+    ck_assert(pool_page_is_cached(&p, 1));
+    ck_assert_uint_eq(pool_count_free(&p), 2);
+    ck_assert_int_eq(pool_check(&p), 0);
+    ck_assert_int_eq(pool_alloc(&p, 3, out), 0); /* free ones first, then evicts page 1 */
+    ck_assert_uint_eq(out[2], 1);
+    ck_assert_uint_eq(ev.n, 1);
+    ck_assert_int_eq(pool_check(&p), 0);
+    pool_release(&p);
+}
+END_TEST
+
 START_TEST(test_check_detects_corruption)
 {
     struct pool p;
@@ -254,6 +274,7 @@ int main(void)
     tcase_add_test(tc, test_ref_unref_states);
     tcase_add_test(tc, test_eviction_order);
     tcase_add_test(tc, test_check_detects_corruption);
+    tcase_add_test(tc, test_adopt_cached);
     tcase_add_loop_test(tc, test_randomized, 0, 4);
     tcase_set_timeout(tc, 120);
     suite_add_tcase(s, tc);
