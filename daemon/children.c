@@ -107,6 +107,8 @@ static void broker_exit_cb(uv_process_t *p, int64_t status, int sig)
     log_err("kvd-broker died (status %lld, signal %d): the KV pool is gone; shutting down",
             (long long)status, sig);
     d->exit_code = 1;
+    if (d->bc_open)
+        bcli_close(&d->bc, NULL); /* fail what waits for it now, not after timeouts */
     kvd_begin_shutdown(d, true);
 }
 

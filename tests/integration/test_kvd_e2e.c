@@ -509,6 +509,39 @@ START_TEST(test_config_file_and_sd_notify)
 }
 END_TEST
 
+START_TEST(test_spawned_broker_death)
+{
+    /* The broker kvd spawned dies (SIGKILL): the pool is gone; kvd ends the requests,
+     * stops its workers and exits 1 promptly; nothing is left running. */
+    static const char *const extra[] = {"--max-model-len", "8192", NULL};
+    struct env e;
+    env_start(&e, extra);
+    struct kvd_params p;
+    kvd_params_init(&p);
+    p.prompt = "Once upon a time";
+    p.max_tokens = 8000;
+    p.ignore_eos = true;
+    uint64_t id;
+    ck_assert_int_eq(kvd_submit(e.c, &p, &id), 0);
+    struct kvd_event ev;
+    ck_assert_int_eq(kvd_next_event(e.c, &ev, GEN_TIMEOUT_MS), 0);
+    pid_t broker = kh_find_pid("kvd-broker", e.dir);
+    pid_t worker = kh_worker_pid(e.dir, 0);
+    ck_assert_int_gt(broker, 0);
+    ck_assert_int_gt(worker, 0);
+    ck_assert_int_eq(kill(broker, SIGKILL), 0);
+    do
+        ck_assert_int_eq(kvd_next_event(e.c, &ev, GEN_TIMEOUT_MS), 0);
+    while (ev.type != KVD_EVENT_DONE);
+    ck_assert_int_eq(ev.finish, KVD_FINISH_ERROR);
+    ck_assert_int_eq(ev.code, KVD_ESHUTDOWN);
+    kvd_close(e.c);
+    ck_assert_int_eq(kh_stop(&e.kvd, 0), 1);
+    ck_assert_int_eq(kh_find_pid("kvd-worker", e.dir), 0);
+    kh_rmdir(e.dir);
+}
+END_TEST
+
 START_TEST(test_sigterm_with_requests_in_flight)
 {
     static const char *const extra[] = {"--max-model-len", "2048", "--grace-ms", "300", NULL};
@@ -568,6 +601,7 @@ int main(void)
     tcase_add_test(tc, test_client_loss_releases_pages);
     tcase_add_test(tc, test_exit_codes);
     tcase_add_test(tc, test_config_file_and_sd_notify);
+    tcase_add_test(tc, test_spawned_broker_death);
     tcase_add_test(tc, test_sigterm_with_requests_in_flight);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);

@@ -99,7 +99,8 @@ int kh_stop(struct kh_kvd *k, int sig)
 {
     if (k->pid <= 0)
         return -ECHILD;
-    kill(k->pid, sig ? sig : SIGTERM);
+    if (sig)
+        kill(k->pid, sig);
     uint64_t deadline = now_ms() + KH_STOP_TIMEOUT_MS;
     int st;
     while (now_ms() < deadline) {
@@ -218,6 +219,39 @@ int kh_admin_pool(const char *dir, struct admin_pool *out)
     if (raw)
         nn_freemsg(raw);
     return rc;
+}
+
+pid_t kh_find_pid(const char *bin, const char *needle)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    pid_t found = 0;
+    while (d && (e = readdir(d)) && !found) {
+        char path[300], cmd[4096];
+        pid_t pid = (pid_t)atoi(e->d_name);
+        if (pid <= 0)
+            continue;
+        snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+        int fd = open(path, O_RDONLY);
+        if (fd < 0)
+            continue;
+        ssize_t n = read(fd, cmd, sizeof(cmd) - 1);
+        close(fd);
+        if (n <= 0)
+            continue;
+        cmd[n] = '\0';
+        size_t l0 = strlen(cmd), lb = strlen(bin);
+        bool match_bin = l0 >= lb && strcmp(cmd + l0 - lb, bin) == 0;
+        bool match_needle = false;
+        for (ssize_t i = 0; i < n; i += (ssize_t)strlen(cmd + i) + 1)
+            if (strstr(cmd + i, needle))
+                match_needle = true;
+        if (match_bin && match_needle)
+            found = pid;
+    }
+    if (d)
+        closedir(d);
+    return found;
 }
 
 void kh_rmdir(const char *dir)

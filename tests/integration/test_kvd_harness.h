@@ -29,7 +29,7 @@ void kh_tmpdir(char out[256]);
  * dir and (for kvd) a client can connect. 0 or -errno / -ETIMEDOUT. */
 int kh_start(struct kh_kvd *k, const char *bin, const char *dir, const char *sock_name,
              const char *const *extra);
-/* SIGTERM (or sig), waits. Returns the exit status (0..255), 128+signal, or -ETIMEDOUT
+/* Sends sig (0: none, it was told already), waits. Returns the exit status (0..255), 128+signal, or -ETIMEDOUT
  * (then it was SIGKILLed). */
 int kh_stop(struct kh_kvd *k, int sig);
 /* Broker stats straight from broker.sock in dir. */
@@ -41,6 +41,9 @@ pid_t kh_worker_pid(const char *dir, uint32_t index);
 /* Admin "pool" (kvd's view): 0 or a negative code. */
 struct admin_pool;
 int kh_admin_pool(const char *dir, struct admin_pool *out);
+/* pid of a process whose argv[0] ends with `bin` and whose command line contains
+ * `needle` (e.g. the runtime dir); 0 if none. Scans /proc. */
+pid_t kh_find_pid(const char *bin, const char *needle);
 /* Removes dir and the files in it (logs, stale sockets); for passing tests. */
 void kh_rmdir(const char *dir);
 /* Sends admin "evict"; returns the count or a negative code. */
