@@ -354,9 +354,8 @@ static int resolve_broker(struct kvd *d)
     }
     snprintf(d->broker_dir, sizeof(d->broker_dir), "%s", b);
     if (strcmp(d->broker_dir, d->rundir) != 0)
-        log_warn("--broker dir '%s' differs from the runtime dir '%s': workers look for "
-                 "broker.fd in the runtime dir",
-                 d->broker_dir, d->rundir);
+        log_info("worker sockets go to the broker's dir '%s' (workers attach the pool there)",
+                 d->broker_dir);
     return paths_ipc_addr(d->broker_addr, sizeof(d->broker_addr), b, PATHS_SOCK_BROKER);
 }
 

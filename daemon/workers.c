@@ -1,6 +1,8 @@
 /* workers.c — kvd-worker processes: spawn, hello, steps, death, restart with back-off.
  *
- * kvd binds one NN_PAIR per worker slot at ipc://DIR/worker-N.sock for its whole life;
+ * kvd binds one NN_PAIR per worker slot at ipc://DIR/worker-N.sock, DIR being the broker's
+ * runtime dir (workers find broker.fd there too; it is kvd's own unless --broker names
+ * another);
  * each incarnation of worker N connects there and says "hello". A slot is IDLE only
  * between a hello and the next step, so a step is never queued towards a dead or
  * not-yet-connected worker (a stale step must never reach pages that changed owner).
@@ -207,7 +209,7 @@ static void worker_spawn(struct kvd_worker *w)
     args[a++] = "--index";
     args[a++] = idx;
     args[a++] = "--runtime-dir";
-    args[a++] = d->rundir;
+    args[a++] = d->broker_dir;
     args[a++] = "--model";
     args[a++] = d->model.path;
     args[a++] = "--threads";
@@ -244,8 +246,9 @@ static int worker_bind(struct kvd_worker *w)
     struct kvd *d = w->d;
     char name[32], addr[PATHS_MAX], path[PATHS_MAX];
     snprintf(name, sizeof(name), PATHS_SOCK_WORKER_FMT, (int)w->index);
-    if (paths_ipc_addr(addr, sizeof(addr), d->rundir, name) < 0 ||
-        paths_join(path, sizeof(path), d->rundir, name) < 0)
+    /* Workers find broker.fd and worker-N.sock in one dir: the broker's. */
+    if (paths_ipc_addr(addr, sizeof(addr), d->broker_dir, name) < 0 ||
+        paths_join(path, sizeof(path), d->broker_dir, name) < 0)
         return -ENAMETOOLONG;
     unlink(path); /* a stale socket of a crashed kvd or incarnation */
     int s = nn_socket(AF_SP, NN_PAIR);
