@@ -265,15 +265,78 @@ START_TEST(test_truncated)
 }
 END_TEST
 
+/* Random byte mutations of valid step and result messages: every decode either fails
+ * cleanly or yields a message within the limits (run under ASan by `make test`). */
+#define MUTATIONS 1500 /* mutated messages per kind */
+START_TEST(test_mutations)
+{
+    uint32_t t[] = {1, 2, 3, 4}, b[] = {0, 5}, pen[] = {7, 7};
+    struct step_seq q = {.seq_id = 1, .n_tokens = 4, .tokens = t, .n_blocks = 2, .blocks = b,
+                         .sample = true, .logprobs = 3, .prompt_logprobs = true,
+                         .n_penalty_tokens = 2, .penalty_tokens = pen,
+                         .has_next_token = true, .next_token = 9};
+    step_sampling_default(&q.sp);
+    q.sp.temperature = 0.5f;
+    struct step_msg s = {1, 1, &q};
+    struct step_lp pl[2] = {{2, -1.0f}, {3, -2.0f}};
+    struct step_seq_result rs = {.seq_id = 1, .has_token = true, .token = 4, .logprob = -0.5f,
+                                 .n_top = 1, .n_prompt = 2, .prompt = pl};
+    rs.top[0] = (struct step_lp){4, -0.5f};
+    struct step_result r = {1, 1, &rs};
+    struct wbuf w[2];
+    wbuf_init(&w[0]);
+    wbuf_init(&w[1]);
+    step_msg_encode(&w[0], &s);
+    step_result_encode(&w[1], &r);
+    uint64_t seed = 0x5eed;
+    for (int kind = 0; kind < 2; kind++) {
+        size_t len = w[kind].sb.size;
+        uint8_t *buf = malloc(len);
+        for (int i = 0; i < MUTATIONS; i++) {
+            memcpy(buf, w[kind].sb.data, len);
+            for (int k = 0; k < 1 + i % 4; k++) {
+                seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+                buf[(seed >> 33) % len] = (uint8_t)(seed >> 17);
+            }
+            struct wmsg m;
+            char err[WIRE_ERR_LEN];
+            if (wmsg_parse(&m, buf, len, err) == 0) {
+                if (kind == 0) {
+                    struct step_msg got;
+                    if (step_msg_decode(&m, &got, err) == 0) {
+                        ck_assert_uint_le(got.n_seqs, STEP_MAX_SEQS);
+                        ck_assert_uint_ge(got.seqs[0].n_tokens, 1);
+                        ck_assert_uint_le(got.seqs[0].logprobs, STEP_MAX_LOGPROBS);
+                        step_msg_release(&got);
+                    }
+                } else {
+                    struct step_result got;
+                    if (step_result_decode(&m, &got, err) == 0) {
+                        ck_assert_uint_le(got.seqs[0].n_top, STEP_MAX_LOGPROBS);
+                        step_result_release(&got);
+                    }
+                }
+            }
+            wmsg_release(&m);
+        }
+        free(buf);
+    }
+    wbuf_release(&w[0]);
+    wbuf_release(&w[1]);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("step_msg");
     TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120); /* the mutation test under ASan */
     tcase_add_test(tc, test_hello_roundtrip);
     tcase_add_test(tc, test_step_roundtrip);
     tcase_add_test(tc, test_result_and_err_roundtrip);
     tcase_add_test(tc, test_decode_refuses);
     tcase_add_test(tc, test_truncated);
+    tcase_add_test(tc, test_mutations);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
