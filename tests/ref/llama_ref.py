@@ -13,6 +13,8 @@ pos * inv_freq[i], inv_freq[i] = base^(-2i/head_dim) (rounded to float32, as the
 format's consumers compute it), with llama3 / linear scaling or rope_freqs.weight.
 
 Usage:
+  llama_ref.py rope-scaling SRC DST llama3 FACTOR LOW HIGH ORIG_CTX | linear FACTOR
+                                           copy of SRC with rope scaling metadata set
   llama_ref.py logits MODEL OUT TOKENS     TOKENS "1,2,3"; writes (n, vocab) float32 LE
   llama_ref.py greedy MODEL TEXT N         BOS + SentencePiece encoding of TEXT, then N
                                            greedy tokens; prints 3 lines: prompt ids,
@@ -217,7 +219,75 @@ def spm_decode(meta, ids):
     return out.decode("utf-8", "replace")
 
 
+def write_value(out, vt, v):
+    if vt == VT_STRING:
+        out += struct.pack("<Q", len(v)) + v
+    elif vt == VT_ARRAY:
+        et, items = v
+        out += struct.pack("<IQ", et, len(items))
+        for it in items:
+            write_value(out, et, it)
+    else:
+        out += struct.pack(VT_FMT[vt], v)
+
+
+def patch_gguf(src, dst, changes):
+    """Copies GGUF src to dst with metadata keys set from changes {key: (type, value)}.
+    Tensor infos and data are copied unchanged (same offsets, same alignment)."""
+    buf = memoryview(open(src, "rb").read())
+    r = Reader(buf)
+    r.off = 4
+    version = r.take("<I")
+    n_tensors, n_kv = r.take("<Q"), r.take("<Q")
+    kvs = []
+    for _ in range(n_kv):
+        key = r.string().decode()
+        vt = r.take("<I")
+        if vt == VT_ARRAY:
+            et, n = r.take("<I"), r.take("<Q")
+            val = (et, [r.value(et) for _ in range(n)])
+        else:
+            val = r.value(vt)
+        kvs.append([key, vt, val])
+    infos_start = r.off
+    meta = {k: v for k, _, v in kvs}
+    for _ in range(n_tensors):
+        r.string()
+        nd = r.take("<I")
+        r.off += 8 * nd + 4 + 8
+    infos = bytes(buf[infos_start:r.off])
+    align = meta.get("general.alignment", 32)
+    data = (r.off + align - 1) // align * align
+    for key, (vt, val) in changes.items():
+        for kv in kvs:
+            if kv[0] == key:
+                kv[1], kv[2] = vt, val
+                break
+        else:
+            kvs.append([key, vt, val])
+    out = bytearray(b"GGUF" + struct.pack("<IQQ", version, n_tensors, len(kvs)))
+    for key, vt, val in kvs:
+        write_value(out, VT_STRING, key.encode())
+        out += struct.pack("<I", vt)
+        write_value(out, vt, val)
+    out += infos
+    out += b"\0" * ((-len(out)) % align)
+    out += bytes(buf[data:])
+    open(dst, "wb").write(out)
+
+
 def main(argv):
+    if len(argv) >= 4 and argv[1] == "rope-scaling":
+        # rope-scaling SRC DST llama3 FACTOR LOW HIGH ORIG | linear FACTOR
+        kind, f = argv[4], float(argv[5])
+        ch = {"llama.rope.scaling.type": (VT_STRING, kind.encode()),
+              "llama.rope.scaling.factor": (6, f)}
+        if kind == "llama3":
+            ch["llama.rope.scaling.low_freq_factor"] = (6, float(argv[6]))
+            ch["llama.rope.scaling.high_freq_factor"] = (6, float(argv[7]))
+            ch["llama.rope.scaling.original_context_length"] = (4, int(argv[8]))
+        patch_gguf(argv[2], argv[3], ch)
+        return 0
     if len(argv) >= 5 and argv[1] == "logits":
         m = Llama(argv[2])
         toks = [int(x) for x in argv[4].split(",")]

@@ -76,6 +76,35 @@ START_TEST(test_stories_long_context)
 }
 END_TEST
 
+/* stories260K with rope scaling metadata added by the reference's own GGUF writer:
+ * llama3 (factor 8, low 1, high 4, original context 1024: with head dim 8 the four
+ * pair wavelengths 6.3, 63, 628, 6283 fall in the kept, kept, interpolated and scaled
+ * bands) and linear (factor 2). 300 positions, so the scaled frequencies matter. */
+static void check_rope_scaling(const char *args, uint64_t seed)
+{
+    char script[1024], cmd[4096], path[256];
+    static const uint32_t chunks[] = {100, 1, 0};
+    h_path(script, sizeof(script), "KVD_SOURCE_DIR", ".", "tests/ref/llama_ref.py");
+    snprintf(path, sizeof(path), "/tmp/kvd-rope-%d.gguf", (int)getpid());
+    snprintf(cmd, sizeof(cmd), "%s %s rope-scaling %s %s %s", H_PYTHON, script, g_stories, path,
+             args);
+    ck_assert_msg(system(cmd) == 0, "%s", cmd);
+    check_vs_ref(path, 16, KV_DTYPE_F32, 300, chunks, FWD_TOL_F32, seed);
+    unlink(path);
+}
+
+START_TEST(test_rope_scaling_llama3)
+{
+    check_rope_scaling("llama3 8 1 4 1024", 31);
+}
+END_TEST
+
+START_TEST(test_rope_scaling_linear)
+{
+    check_rope_scaling("linear 2", 32);
+}
+END_TEST
+
 START_TEST(test_stories_f16_kv)
 {
     static const uint32_t chunks[] = {30, 1, 0};
@@ -435,6 +464,8 @@ static Suite *forward_suite(void)
     tcase_add_test(tc, test_stories_chunked_prefill_f32);
     tcase_add_test(tc, test_stories_long_context);
     tcase_add_test(tc, test_stories_f16_kv);
+    tcase_add_test(tc, test_rope_scaling_llama3);
+    tcase_add_test(tc, test_rope_scaling_linear);
     tcase_add_loop_test(tc, test_mkmodel_shapes_f32, 0, sizeof(shapes) / sizeof(shapes[0]));
     tcase_add_test(tc, test_batch_invariance);
     tcase_add_test(tc, test_batch_invariance_f16_weights);
