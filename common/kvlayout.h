@@ -28,6 +28,10 @@
 #include <stdint.h>
 #include <string.h>
 
+#if defined(__cplusplus) && !defined(_Static_assert)
+#define _Static_assert static_assert /* nvcc compiles .cu files as C++ */
+#endif
+
 #define KV_LAYOUT_VERSION 1
 #define KV_PAGE_ALIGN 256          /* bytes; page starts stay aligned for SIMD and GPU loads */
 #define KV_BLOCK_TOKENS_MAX 1024   /* tokens per page; slots fit in 16 bits */

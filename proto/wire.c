@@ -144,6 +144,85 @@ const msgpack_object *wire_get(const msgpack_object *map, const char *key)
     return NULL;
 }
 
+static uint64_t be_n(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+int wire_precheck(const void *buf, size_t len, char err[WIRE_ERR_LEN])
+{
+    const uint8_t *p = buf, *end = p + len;
+    if (!buf || len == 0)
+        return wire_fail(err, KVD_EMSG, "empty message");
+    uint64_t need = 1; /* objects still to read; each takes at least one byte */
+    while (need && p < end) {
+        uint8_t b = *p++;
+        uint64_t skip = 0, add = 0;
+        int lenb = 0; /* bytes of a length/count field that follows */
+        bool is_count = false, is_map = false;
+        need--;
+        if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3)
+            ;
+        else if (b >= 0x80 && b <= 0x8f)
+            add = 2u * (b & 0x0f);
+        else if (b >= 0x90 && b <= 0x9f)
+            add = b & 0x0f;
+        else if (b >= 0xa0 && b <= 0xbf)
+            skip = b & 0x1f;
+        else
+            switch (b) {
+            case 0xc4: case 0xd9: lenb = 1; break;             /* bin8, str8 */
+            case 0xc5: case 0xda: lenb = 2; break;             /* bin16, str16 */
+            case 0xc6: case 0xdb: lenb = 4; break;             /* bin32, str32 */
+            case 0xc7: lenb = 1; skip = 1; break;              /* ext8: len, type */
+            case 0xc8: lenb = 2; skip = 1; break;
+            case 0xc9: lenb = 4; skip = 1; break;
+            case 0xca: skip = 4; break;
+            case 0xcb: skip = 8; break;
+            case 0xcc: case 0xd0: skip = 1; break;
+            case 0xcd: case 0xd1: skip = 2; break;
+            case 0xce: case 0xd2: skip = 4; break;
+            case 0xcf: case 0xd3: skip = 8; break;
+            case 0xd4: skip = 2; break;                        /* fixext1..16: type + data */
+            case 0xd5: skip = 3; break;
+            case 0xd6: skip = 5; break;
+            case 0xd7: skip = 9; break;
+            case 0xd8: skip = 17; break;
+            case 0xdc: lenb = 2; is_count = true; break;       /* array16 */
+            case 0xdd: lenb = 4; is_count = true; break;
+            case 0xde: lenb = 2; is_count = is_map = true; break; /* map16 */
+            case 0xdf: lenb = 4; is_count = is_map = true; break;
+            default:
+                return wire_fail(err, KVD_EMSG, "malformed msgpack: byte 0x%02x at offset %zu", b,
+                               (size_t)(p - 1 - (const uint8_t *)buf));
+            }
+        if (lenb) {
+            if (end - p < lenb)
+                return wire_fail(err, KVD_EMSG, "malformed msgpack: truncated length");
+            uint64_t v = be_n(p, lenb);
+            p += lenb;
+            if (is_count)
+                add = is_map ? 2 * v : v;
+            else
+                skip += v;
+        }
+        if (skip > (uint64_t)(end - p))
+            return wire_fail(err, KVD_EMSG, "malformed msgpack: a value of %llu bytes runs past "
+                                          "the end", (unsigned long long)skip);
+        p += skip;
+        need += add;
+        if (need > (uint64_t)(end - p))
+            return wire_fail(err, KVD_EMSG, "malformed msgpack: %llu elements declared, %zu bytes "
+                                          "left", (unsigned long long)need, (size_t)(end - p));
+    }
+    if (need)
+        return wire_fail(err, KVD_EMSG, "malformed msgpack: truncated");
+    return 0;
+}
+
 int wmsg_parse(struct wmsg *m, const void *buf, size_t len, char err[WIRE_ERR_LEN])
 {
     memset(m, 0, sizeof(*m));
@@ -152,6 +231,12 @@ int wmsg_parse(struct wmsg *m, const void *buf, size_t len, char err[WIRE_ERR_LE
     if (len > WIRE_MSG_MAX)
         return wire_fail(err, KVD_EMSG, "message of %zu bytes exceeds the %u byte limit", len,
                          WIRE_MSG_MAX);
+    /* msgpack-c allocates for a container's declared count before reading it: a 5-byte
+     * message could ask for gigabytes. Check every declared count against the bytes
+     * left first. */
+    int rc = wire_precheck(buf, len, err);
+    if (rc)
+        return rc;
     if (!msgpack_zone_init(&m->zone, WIRE_ZONE_CHUNK))
         return wire_fail(err, -ENOMEM, "out of memory");
     m->zone_live = true;

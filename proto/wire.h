@@ -57,6 +57,10 @@ struct wmsg {
  * no "t") or KVD_EPROTO (wrong "v"), with err filled. m must be released either way. */
 int wmsg_parse(struct wmsg *m, const void *buf, size_t len, char err[WIRE_ERR_LEN]);
 void wmsg_release(struct wmsg *m);
+/* Walks raw msgpack without allocating: every declared length or element count must fit
+ * in the bytes left (each element takes at least one byte), so no declared size can make
+ * the unpacker allocate more than ~len elements. 0 or KVD_EMSG. wmsg_parse calls it. */
+int wire_precheck(const void *buf, size_t len, char err[WIRE_ERR_LEN]);
 bool wmsg_is(const struct wmsg *m, const char *type);
 /* For an "err" reply: the code (kvd_errcode of "code") and msg pointer (may be ""). */
 int wmsg_error(const struct wmsg *m, const char **msg, size_t *msg_len);
