@@ -65,8 +65,6 @@ void model_close(struct kvd_model *m);
 int model_default_path(char *out, size_t cap);
 
 /* ---- one generate request (request.c) ---- */
-enum req_phase { REQ_LIVE = 0, REQ_DONE };
-
 struct kvd_req {
     struct kvd_req *s_prev, *s_next;  /* the session's list */
     struct kvd_req *a_prev, *a_next;  /* kvd's list of live requests */
@@ -94,7 +92,7 @@ struct kvd_req {
     bool in_step;                     /* part of the step in flight */
     bool holds_pages;                 /* the broker may hold pages for seq.id */
     int32_t worker;                   /* worker running it, -1 */
-    uint64_t t_arrival_ms;
+    uint64_t t_arrival_ms;            /* when kvd accepted it (loop time) */
 };
 
 /* ---- workers (workers.c) ---- */
