@@ -582,6 +582,7 @@ START_TEST(test_sigterm_with_requests_in_flight)
     /* The broker it spawned is gone with it. */
     struct broker_stats st;
     ck_assert_int_ne(kh_broker_stats(e.dir, &st), 0);
+    kh_rmdir(e.dir);
 }
 END_TEST
 

@@ -217,6 +217,7 @@ START_TEST(test_hit_after_kvd_restart_with_broker_kept)
     ck_assert_uint_eq(kh_wait_pages_used_zero(dir), 0);
     ck_assert_int_eq(kh_stop(&k2, SIGTERM), 0);
     ck_assert_int_eq(kh_stop(&broker, SIGTERM), 0);
+    kh_rmdir(dir);
 }
 END_TEST
 

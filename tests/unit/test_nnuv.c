@@ -42,6 +42,12 @@ static void addr_of(char *out, size_t cap, const char *tag)
     snprintf(out, cap, "ipc:///tmp/kvd-test-nnuv-%d-%s.sock", (int)getpid(), tag);
 }
 
+/* Removes the socket file behind an ipc:// address. */
+static void addr_unlink(const char *addr)
+{
+    unlink(addr + strlen("ipc://"));
+}
+
 static void run_for(uv_loop_t *loop, struct ctx *c, int ms)
 {
     uv_timer_start(&c->stop, stop_cb, (uint64_t)ms, 0);
@@ -77,6 +83,7 @@ START_TEST(test_rep_echo)
     ck_assert_int_eq(c.closes, 1);
     ck_assert_int_eq(uv_loop_close(&loop), 0);
     nn_close(req);
+    addr_unlink(addr);
 }
 END_TEST
 
@@ -120,6 +127,7 @@ START_TEST(test_send_queued_until_peer)
     ck_assert_int_eq(c.closes, 1);
     ck_assert_int_eq(uv_loop_close(&loop), 0);
     nn_close(b);
+    addr_unlink(addr);
 }
 END_TEST
 
@@ -159,6 +167,7 @@ START_TEST(test_pause_resume)
     uv_run(&loop, UV_RUN_DEFAULT);
     ck_assert_int_eq(uv_loop_close(&loop), 0);
     nn_close(b);
+    addr_unlink(addr);
 }
 END_TEST
 
