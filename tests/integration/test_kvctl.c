@@ -536,6 +536,24 @@ START_TEST(test_bench_run)
     ck_assert(strstr(out, "Mooncake trace") && strstr(out, "requests ok / failed"));
     ck_assert(strstr(out, "trace ideal (unscaled)"));
     ck_assert_int_eq(run(out, err, "%s/kvd-bench --runtime-dir %s", g_bin, g_dir), 64);
+    /* open loop (Poisson) completes every request */
+    rc = run(out, err,
+             "%s/kvd-bench --runtime-dir %s --synthetic chat --rate 40 --requests 20 --json "
+             "--no-progress",
+             g_bin, g_dir);
+    ck_assert_msg(rc == 0, "rc %d: %s", rc, err);
+    ck_assert_double_eq(jnum(out, "requests_ok"), 20);
+    /* --duration stops issuing: far fewer than 100000 requests, within a bounded time */
+    double t = now_s();
+    rc = run(out, err,
+             "%s/kvd-bench --runtime-dir %s --synthetic chat --requests 100000 --duration 1 "
+             "--concurrency 2 --json --no-progress",
+             g_bin, g_dir);
+    ck_assert_msg(rc == 0, "rc %d: %s", rc, err);
+    ck_assert(jnum(out, "requests_unsent") > 90000);
+    ck_assert(jnum(out, "requests_ok") >= 1);
+    ck_assert_double_eq(jnum(out, "requests_failed"), 0);
+    ck_assert(now_s() - t < 30);
     assert_pool_idle();
     free(out);
     free(err);
