@@ -134,13 +134,14 @@ static void rmsnorm_rows(float *out, const float *x, const float *w, size_t n, s
 struct mm_job {
     float *y;
     const float *x, *W;
-    const uint16_t *Wh;      /* f16 copy of W, or NULL: then sgemm */
+    const uint16_t *Wh;      /* half-precision copy of W, or NULL: then sgemm */
+    bool bf16;               /* Wh is bfloat16 (else IEEE binary16) */
     size_t n, in, out, cols; /* cols: output columns per task */
     float beta;
 };
 
 /* Task i: columns [i * cols, (i + 1) * cols) of y: one single-threaded sgemm, or for a
- * few rows with f16 weights, dot products reading the f16 rows (half the bytes). */
+ * few rows with half-precision weights, dot products reading those (half the bytes). */
 static void mm_task(void *ctx, uint32_t i)
 {
     const struct mm_job *J = ctx;
@@ -151,7 +152,7 @@ static void mm_task(void *ctx, uint32_t i)
             const uint16_t *w = J->Wh + o * J->in; /* (in,) stays in L1 across row groups */
             for (size_t r0 = 0; r0 < J->n; r0 += SIMD_ROWS_MAX) {
                 size_t nr = J->n - r0 < SIMD_ROWS_MAX ? J->n - r0 : SIMD_ROWS_MAX;
-                simd_dot_f16_rows(J->x + r0 * J->in, J->in, w, J->in, nr, d);
+                simd_dot_half_rows(J->x + r0 * J->in, J->in, w, J->in, nr, J->bf16, d);
                 for (size_t r = 0; r < nr; r++) {
                     float *y = J->y + (r0 + r) * J->out + o;
                     *y = J->beta != 0.0f ? *y * J->beta + d[r] : d[r];
@@ -168,7 +169,7 @@ static void mm_task(void *ctx, uint32_t i)
 /* y (n, out) = x (n, in) @ W^T (+ beta * y), W (out, in) row-major. The output columns
  * are split over the compute pool (OpenBLAS itself runs single-threaded: one pool of
  * threads for everything, no BLAS threads spinning against ours). Up to
- * FWD_F16_ROWS_MAX rows use the f16 weights Wh when the model has them. */
+ * FWD_F16_ROWS_MAX rows use the half-precision weights Wh when the model has them. */
 static void matmul(const struct fwd *f, float *y, const float *x, const float *W,
                    const uint16_t *Wh, size_t n, size_t in, size_t out, float beta)
 {
@@ -177,7 +178,8 @@ static void matmul(const struct fwd *f, float *y, const float *x, const float *W
     tasks = by_work < tasks ? (by_work ? by_work : 1) : tasks;
     size_t cols = (out + tasks - 1) / tasks;
     cols = (cols + FWD_MM_COL_ALIGN - 1) / FWD_MM_COL_ALIGN * FWD_MM_COL_ALIGN;
-    struct mm_job job = {y, x, W, n <= FWD_F16_ROWS_MAX ? Wh : NULL, n, in, out, cols, beta};
+    struct mm_job job = {y,  x,  W,   n <= FWD_F16_ROWS_MAX ? Wh : NULL,
+                         f->m->half_type == GGUF_DT_BF16, n, in, out, cols, beta};
     tpool_run(f->tp, mm_task, &job, (uint32_t)((out + cols - 1) / cols));
 }
 

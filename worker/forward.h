@@ -32,7 +32,7 @@
 #define FWD_MM_COL_ALIGN 16       /* slice width multiple (one AVX-512 register of floats) */
 #define FWD_PAR_MIN_MACS (1u << 16) /* multiply-adds below which a task is not worth a
                                        thread hand-off (~10 us of work) */
-#define FWD_F16_ROWS_MAX 16       /* up to this many rows multiply with f16 weights (in
+#define FWD_F16_ROWS_MAX 16       /* up to this many rows multiply with f16/bf16 weights (in
                                      groups of SIMD_ROWS_MAX); measured on AVX-512: 2-3x
                                      faster than f32 sgemm up to 16 rows, even at 32 */
 

@@ -8,14 +8,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-static bool model_is_f16(const struct gguf_file *g, const char *name)
+/* Is tensor `name` stored in the model's half_type (so its bits can be kept)? */
+static bool model_is_half(const struct gguf_file *g, const struct model *m, const char *name)
 {
     const struct gguf_tensor *t = gguf_tensor_find(g, name);
-    return t && t->type == GGUF_DT_F16;
+    return m->half_type != GGUF_DT_F32 && t && t->type == m->half_type;
 }
 
 /* Dequantizes tensor `name` (rows x cols, already shape-checked by gguf_llama_validate)
- * into dst, row by row; when dst_h is given (the tensor is F16) copies the bits too. */
+ * into dst, row by row; dst_h (non-NULL only for a half_type tensor) gets the raw bits. */
 static int model_copy_h(const struct gguf_file *g, const char *name, uint64_t rows,
                         uint64_t cols, float *dst, uint16_t *dst_h)
 {
@@ -31,7 +32,7 @@ static int model_copy_h(const struct gguf_file *g, const char *name, uint64_t ro
         return KVD_EMODEL;
     }
     const uint8_t *src = t->data;
-    if (dst_h && t->type == GGUF_DT_F16)
+    if (dst_h)
         memcpy(dst_h, src, rows * cols * sizeof(uint16_t));
     for (uint64_t r = 0; r < rows; r++) {
         int rc = gguf_dequant_row(t->type, src + r * rb, dst + r * cols, cols);
@@ -85,19 +86,19 @@ static int model_alloc_layer(const struct gguf_file *g, struct model *m, uint32_
     snprintf(a, sizeof(a), "blk.%u.attn_q.weight", l);
     snprintf(b, sizeof(b), "blk.%u.attn_k.weight", l);
     snprintf(c, sizeof(c), "blk.%u.attn_v.weight", l);
-    if (model_is_f16(g, a) && model_is_f16(g, b) && model_is_f16(g, c) &&
+    if (model_is_half(g, m, a) && model_is_half(g, m, b) && model_is_half(g, m, c) &&
         !(L->wqkv_h = calloc((size_t)(m->q_dim + 2 * m->kv_dim) * d, sizeof(uint16_t))))
         return -ENOMEM;
     snprintf(a, sizeof(a), "blk.%u.attn_output.weight", l);
-    if (model_is_f16(g, a) && !(L->wo_h = calloc(d * m->q_dim, sizeof(uint16_t))))
+    if (model_is_half(g, m, a) && !(L->wo_h = calloc(d * m->q_dim, sizeof(uint16_t))))
         return -ENOMEM;
     snprintf(a, sizeof(a), "blk.%u.ffn_gate.weight", l);
     snprintf(b, sizeof(b), "blk.%u.ffn_up.weight", l);
-    if (model_is_f16(g, a) && model_is_f16(g, b) &&
+    if (model_is_half(g, m, a) && model_is_half(g, m, b) &&
         !(L->w13_h = calloc(2 * (size_t)m->ff * d, sizeof(uint16_t))))
         return -ENOMEM;
     snprintf(a, sizeof(a), "blk.%u.ffn_down.weight", l);
-    if (model_is_f16(g, a) && !(L->w2_h = calloc(d * m->ff, sizeof(uint16_t))))
+    if (model_is_half(g, m, a) && !(L->w2_h = calloc(d * m->ff, sizeof(uint16_t))))
         return -ENOMEM;
     L->attn_norm = calloc(d, sizeof(float));
     L->ffn_norm = calloc(d, sizeof(float));
@@ -148,8 +149,11 @@ int model_load(struct model *m, const char *path)
         goto out_nomem;
     }
     gguf_llama_rope_inv_freq(&g, &m->hp, m->inv_freq);
+    const struct gguf_tensor *q0 = gguf_tensor_find(&g, "blk.0.attn_q.weight");
+    m->half_type = q0 && (q0->type == GGUF_DT_F16 || q0->type == GGUF_DT_BF16) ? q0->type
+                                                                               : GGUF_DT_F32;
     const char *out_name = m->hp.tied_output ? "token_embd.weight" : "output.weight";
-    if (model_is_f16(&g, out_name) &&
+    if (model_is_half(&g, m, out_name) &&
         !(m->output_h = calloc((size_t)m->vocab * m->dim, sizeof(uint16_t))))
         goto out_nomem;
     if ((rc = model_copy_h(&g, "token_embd.weight", m->vocab, m->dim, m->tok_embd,

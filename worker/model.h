@@ -6,9 +6,10 @@
  * f32 once, so all matrix products go through cblas_sgemm. Memory: 4 bytes per
  * parameter (a 125M model needs ~0.5 GB). Q/K/V are packed into one matrix per layer
  * and gate/up into another, so a layer is 4 sgemm calls.
- * Matrices stored as F16 in the file are ALSO kept as the file's f16 bits (*_h, exact,
- * +2 bytes per parameter): small batches (decode) multiply with those, reading half the
- * bytes, which is what bounds decode on a CPU. NULL when the file's type is not F16.
+ * Matrices stored in half precision in the file (F16 or BF16: half_type, taken from
+ * blk.0.attn_q) are ALSO kept as the file's 16-bit values (*_h, exact, +2 bytes per
+ * parameter): small batches (decode) multiply with those, reading half the bytes, which
+ * is what bounds decode on a CPU. NULL for a matrix whose tensors have another type.
  * Immutable after model_load; any thread may read it.
  */
 #ifndef KVD_WORKER_MODEL_H
@@ -25,7 +26,7 @@ struct model_layer {
     float *ffn_norm;  /* (dim,) */
     float *w13;       /* (2 * ff, dim): rows of gate (w1), then up (w3) */
     float *w2;        /* (dim, ff) down */
-    uint16_t *wqkv_h; /* f16 copies of the above when the file has them as F16, else NULL */
+    uint16_t *wqkv_h; /* half_type copies of the above when the file has them so, else NULL */
     uint16_t *wo_h;
     uint16_t *w13_h;
     uint16_t *w2_h;
@@ -41,7 +42,8 @@ struct model {
     float *tok_embd;        /* (vocab, dim) */
     float *out_norm;        /* (dim,) */
     float *output;          /* (vocab, dim); == tok_embd when tied */
-    uint16_t *output_h;     /* f16 copy of output when the file stores it as F16, or NULL */
+    uint16_t *output_h;     /* half_type copy of output when the file stores it so, or NULL */
+    uint32_t half_type;     /* GGUF_DT_F16 or GGUF_DT_BF16 (*_h format), or GGUF_DT_F32: none */
     struct model_layer *layers; /* (n_layers,) */
     char path[256];
 };

@@ -3,13 +3,15 @@
  * One implementation per instruction set, chosen at compile time here (the only place
  * with #ifdef): AVX-512F, AVX2+FMA+F16C, or portable C. Every function is exact IEEE
  * arithmetic up to summation order, so results across variants agree to float rounding.
- * f16 is IEEE binary16 stored as uint16_t (the KV page format of KV_DTYPE_F16).
+ * f16 is IEEE binary16 stored as uint16_t (the KV page format of KV_DTYPE_F16); bf16
+ * (weights only) is the top half of a binary32.
  * Pure functions on caller memory; any thread.
  */
 #ifndef KVD_WORKER_SIMD_H
 #define KVD_WORKER_SIMD_H
 
 #include <math.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -37,6 +39,15 @@ static inline float simd_f16_to_f32(uint16_t h)
         } while (!(man & 0x400u));
         bits = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ffu) << 13);
     }
+    float f;
+    memcpy(&f, &bits, sizeof(f));
+    return f;
+}
+
+/* bfloat16 -> binary32: the top 16 bits of the float (exact). */
+static inline float simd_bf16_to_f32(uint16_t h)
+{
+    uint32_t bits = (uint32_t)h << 16;
     float f;
     memcpy(&f, &bits, sizeof(f));
     return f;
@@ -90,13 +101,22 @@ static inline float simd_dot_f16(const float *a, const uint16_t *b, size_t n)
     return s;
 }
 
-/* out[r] = dot(x + r * ldx, w, n) for r < rows (<= SIMD_ROWS_MAX): each 16 f16 weights
- * are converted once and used for every row. The body is instantiated per row count
- * (switch below) so the accumulators live in registers. */
+/* out[r] = dot(x + r * ldx, w, n) for r < rows (<= SIMD_ROWS_MAX), w half precision:
+ * IEEE binary16 (bf16 false) or bfloat16 (bf16 true). Each 16 weights are converted once
+ * and used for every row. The body is instantiated per row count and format (switch
+ * below) so the accumulators live in registers. */
 #define SIMD_ROWS_MAX 8
+static inline __attribute__((always_inline)) __m512 simd_load16_half(const uint16_t *w,
+                                                                      const bool bf16)
+{
+    __m256i h = _mm256_loadu_si256((const __m256i *)w);
+    return bf16 ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
+                : _mm512_cvtph_ps(h);
+}
+
 static inline __attribute__((always_inline)) void
-simd_dot_f16_rows_k(const float *x, size_t ldx, const uint16_t *w, size_t n, const size_t rows,
-                    float *out)
+simd_dot_half_rows_k(const float *x, size_t ldx, const uint16_t *w, size_t n, const size_t rows,
+                     const bool bf16, float *out)
 {
     __m512 acc[SIMD_ROWS_MAX];
 #pragma GCC unroll 8
@@ -104,7 +124,7 @@ simd_dot_f16_rows_k(const float *x, size_t ldx, const uint16_t *w, size_t n, con
         acc[r] = _mm512_setzero_ps();
     size_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        __m512 wv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + i)));
+        __m512 wv = simd_load16_half(w + i, bf16);
 #pragma GCC unroll 8
         for (size_t r = 0; r < rows; r++)
             acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(x + r * ldx + i), wv, acc[r]);
@@ -114,25 +134,35 @@ simd_dot_f16_rows_k(const float *x, size_t ldx, const uint16_t *w, size_t n, con
     for (size_t r = 0; r < rows; r++) {
         float t = _mm512_reduce_add_ps(acc[r]);
         for (size_t k = 0; k < tail; k++)
-            t += x[r * ldx + i + k] * simd_f16_to_f32(w[i + k]);
+            t += x[r * ldx + i + k] * (bf16 ? simd_bf16_to_f32(w[i + k])
+                                            : simd_f16_to_f32(w[i + k]));
         out[r] = t;
     }
 }
 
-static inline void simd_dot_f16_rows(const float *x, size_t ldx, const uint16_t *w, size_t n,
-                                     size_t rows, float *out)
+#define SIMD_HALF_ROWS_CASE(R)                                                                 \
+    case R:                                                                                    \
+        if (bf16)                                                                              \
+            simd_dot_half_rows_k(x, ldx, w, n, R, true, out);                                  \
+        else                                                                                   \
+            simd_dot_half_rows_k(x, ldx, w, n, R, false, out);                                 \
+        break
+static inline void simd_dot_half_rows(const float *x, size_t ldx, const uint16_t *w, size_t n,
+                                      size_t rows, bool bf16, float *out)
 {
     switch (rows) {
-    case 1: simd_dot_f16_rows_k(x, ldx, w, n, 1, out); break;
-    case 2: simd_dot_f16_rows_k(x, ldx, w, n, 2, out); break;
-    case 3: simd_dot_f16_rows_k(x, ldx, w, n, 3, out); break;
-    case 4: simd_dot_f16_rows_k(x, ldx, w, n, 4, out); break;
-    case 5: simd_dot_f16_rows_k(x, ldx, w, n, 5, out); break;
-    case 6: simd_dot_f16_rows_k(x, ldx, w, n, 6, out); break;
-    case 7: simd_dot_f16_rows_k(x, ldx, w, n, 7, out); break;
-    default: simd_dot_f16_rows_k(x, ldx, w, n, 8, out); break;
+        SIMD_HALF_ROWS_CASE(1);
+        SIMD_HALF_ROWS_CASE(2);
+        SIMD_HALF_ROWS_CASE(3);
+        SIMD_HALF_ROWS_CASE(4);
+        SIMD_HALF_ROWS_CASE(5);
+        SIMD_HALF_ROWS_CASE(6);
+        SIMD_HALF_ROWS_CASE(7);
+    default:
+        SIMD_HALF_ROWS_CASE(8);
     }
 }
+#undef SIMD_HALF_ROWS_CASE
 
 /* y[i] = y[i] * c + w * x[i] */
 static inline void simd_scale_axpy_f32(float *y, float c, float w, const float *x, size_t n)
@@ -251,11 +281,19 @@ static inline void simd_scale_axpy_f16(float *y, float c, float w, const uint16_
 
 #ifndef SIMD_ROWS_MAX
 #define SIMD_ROWS_MAX 8
-static inline void simd_dot_f16_rows(const float *x, size_t ldx, const uint16_t *w, size_t n,
-                                     size_t rows, float *out)
+static inline void simd_dot_half_rows(const float *x, size_t ldx, const uint16_t *w, size_t n,
+                                      size_t rows, bool bf16, float *out)
 {
-    for (size_t r = 0; r < rows; r++)
-        out[r] = simd_dot_f16(x + r * ldx, w, n);
+    for (size_t r = 0; r < rows; r++) {
+        if (!bf16) {
+            out[r] = simd_dot_f16(x + r * ldx, w, n);
+            continue;
+        }
+        float t = 0.0f;
+        for (size_t k = 0; k < n; k++)
+            t += x[r * ldx + k] * simd_bf16_to_f32(w[k]);
+        out[r] = t;
+    }
 }
 #endif
 
