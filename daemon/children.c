@@ -2,9 +2,9 @@
  *
  * The broker gets --ready-fd 3: a pipe whose other end kvd reads; "ready\n" on it means
  * broker.sock serves. No readiness within KVD_BROKER_READY_TIMEOUT_MS, or an exit before
- * it, is a start-up failure. Once serving, the broker's death is logged (the pool and
- * every page in it are gone with a host backend) and kvd shuts down with an error:
- * serving on without KV memory would only fail every request.
+ * it, is a start-up failure. Once serving, the broker's death is handed to
+ * kvd_broker_lost() (main.c): a new broker is spawned, workers re-attach, and every
+ * sequence is recomputed from its tokens (DESIGN.md principle 1).
  */
 #include "daemon/kvd.h"
 
@@ -104,12 +104,9 @@ static void broker_exit_cb(uv_process_t *p, int64_t status, int sig)
         log_info("kvd-broker exited (status %lld, signal %d)", (long long)status, sig);
         return;
     }
-    log_err("kvd-broker died (status %lld, signal %d): the KV pool is gone; shutting down",
-            (long long)status, sig);
-    d->exit_code = 1;
-    if (d->bc_open)
-        bcli_close(&d->bc, NULL); /* fail what waits for it now, not after timeouts */
-    kvd_begin_shutdown(d, true);
+    log_err("kvd-broker died (status %lld, signal %d): the KV pool is gone", (long long)status,
+            sig);
+    kvd_broker_lost(d);
 }
 
 int broker_spawn(struct kvd *d, void (*ready_cb)(struct kvd *d, int status))
@@ -178,4 +175,9 @@ void broker_stop(struct kvd *d)
 {
     if (d->broker_spawned && d->broker_live)
         uv_process_kill(&d->broker_proc, SIGTERM);
+}
+
+bool broker_is_running(const struct kvd *d)
+{
+    return d->broker_live || d->broker_ready_ctx;
 }

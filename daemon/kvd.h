@@ -43,6 +43,9 @@
 #define KVD_WORKER_STABLE_MS 10000     /* alive this long: back-off resets */
 #define KVD_BROKER_READY_TIMEOUT_MS 30000 /* spawned broker must say "ready" by then */
 #define KVD_STOP_TIMEOUT_MS 5000       /* children get SIGTERM, then SIGKILL after this */
+#define KVD_BROKER_BACKOFF_MIN_MS 200  /* first restart delay of a dead spawned broker */
+#define KVD_BROKER_BACKOFF_MAX_MS 5000 /* cap on that delay */
+#define KVD_BROKER_RESTARTS_MAX 20     /* then kvd gives up and stops (exit 1) */
 
 struct kvd;
 struct kvd_session;
@@ -159,6 +162,10 @@ struct kvd {
     uv_process_t broker_proc;
     bool broker_spawned, broker_live;
     struct broker_spawn_ctx *broker_ready_ctx; /* while waiting for "ready" */
+    uv_timer_t broker_timer;         /* restart back-off of a dead spawned broker */
+    uint32_t broker_backoff_ms;
+    uint32_t broker_restarts;
+    bool bc_closing;                 /* bcli closing after the broker died */
     struct broker_stats bstats;      /* latest stats (admin "pool" answers from it) */
     bool bstats_valid;
     bool reattaching;                /* lease lost: attach again before the next cycle */
@@ -233,12 +240,15 @@ void engine_close(struct kvd *d);
 int workers_start(struct kvd *d);
 int worker_send_step(struct kvd *d, struct kvd_worker *w, struct wbuf *step, uint64_t step_id);
 void workers_stop(struct kvd *d);
+/* SIGTERM to every live worker: they restart (back-off) and attach the pool anew. */
+void workers_recycle(struct kvd *d);
 bool workers_all_stopped(const struct kvd *d);
 uint32_t workers_idle(const struct kvd *d);
 
 /* children.c */
 int broker_spawn(struct kvd *d, void (*ready_cb)(struct kvd *d, int status));
 void broker_stop(struct kvd *d);
+bool broker_is_running(const struct kvd *d);   /* alive or starting */
 
 /* client_ep.c */
 int client_ep_open(struct kvd *d);
@@ -258,5 +268,8 @@ uint64_t kvd_now_ms(const struct kvd *d);
 void kvd_begin_shutdown(struct kvd *d, bool now);
 /* Called whenever something that blocks the end of a shutdown went away. */
 void kvd_maybe_finish_shutdown(struct kvd *d);
+/* The spawned broker died: restart it (back-off), re-attach, recycle the workers,
+ * recompute every running sequence. */
+void kvd_broker_lost(struct kvd *d);
 
 #endif

@@ -104,6 +104,7 @@ static void close_remaining(struct kvd_main *km)
     close_if_open((uv_handle_t *)&km->drain_timer);
     close_if_open((uv_handle_t *)&d->sweep_timer);
     close_if_open((uv_handle_t *)&d->wd_timer);
+    close_if_open((uv_handle_t *)&d->broker_timer);
     close_if_open((uv_handle_t *)&d->sig_term);
     close_if_open((uv_handle_t *)&d->sig_int);
     if (d->sched.plan.entries)
@@ -152,7 +153,7 @@ void kvd_maybe_finish_shutdown(struct kvd *d)
     if (uv_is_active((uv_handle_t *)&km->drain_timer))
         return;
     bool children = !workers_all_stopped(d) || (d->broker_spawned && d->broker_live);
-    if (!children && d->n_sessions == 0 && !d->client_open && !d->admin_open)
+    if (!children && d->n_sessions == 0 && !d->client_open && !d->admin_open && !d->bc_closing)
         close_remaining(km);
 }
 
@@ -291,6 +292,7 @@ static void reattached_cb(struct bcli *b, int status, const struct wmsg *m, void
     }
     log_warn("attached again (lease %llu): running sequences will be recomputed",
              (unsigned long long)b->lease);
+    d->broker_backoff_ms = 0;
     d->reattaching = false;
     d->lease_reset = true;
     engine_kick(d);
@@ -335,6 +337,88 @@ static void broker_ready(struct kvd *d, int status)
     expect.layout_version = KV_LAYOUT_VERSION;
     if ((rc = bcli_attach(&d->bc, "kvd", &expect, attached_cb, NULL)) < 0)
         start_failed(d, rc, "attaching to the broker");
+}
+
+static void broker_respawn_cb(uv_timer_t *t);
+
+/* A respawned broker is ready: connect, attach (same model and geometry), recompute. */
+static void broker_reready(struct kvd *d, int status)
+{
+    if (d->shutting_down) {
+        kvd_maybe_finish_shutdown(d);
+        return;
+    }
+    if (status < 0) {
+        log_err("restarted kvd-broker did not start: %s", kvd_errname(status));
+        d->broker_backoff_ms = d->broker_backoff_ms * 2 > KVD_BROKER_BACKOFF_MAX_MS
+                                   ? KVD_BROKER_BACKOFF_MAX_MS
+                                   : d->broker_backoff_ms * 2;
+        uv_timer_start(&d->broker_timer, broker_respawn_cb, d->broker_backoff_ms, 0);
+        return;
+    }
+    int rc = bcli_init(&d->bc, d->loop, d->broker_addr, d);
+    if (rc < 0) {
+        start_failed(d, rc, "connecting to the restarted broker");
+        return;
+    }
+    d->bc_open = true;
+    d->bc.lease_lost_cb = lease_lost_cb;
+    struct pool_desc expect;
+    memset(&expect, 0, sizeof(expect));
+    expect.model_fp = d->model.fp;
+    expect.geom = d->geom;
+    expect.layout_version = KV_LAYOUT_VERSION;
+    if ((rc = bcli_attach(&d->bc, "kvd", &expect, reattached_cb, NULL)) < 0)
+        start_failed(d, rc, "attaching to the restarted broker");
+}
+
+static void broker_respawn_cb(uv_timer_t *t)
+{
+    struct kvd *d = t->data;
+    if (d->shutting_down)
+        return;
+    if (broker_is_running(d) || d->bc_closing) { /* handles of the old one still closing */
+        uv_timer_start(&d->broker_timer, broker_respawn_cb, KVD_BROKER_BACKOFF_MIN_MS, 0);
+        return;
+    }
+    d->broker_restarts++;
+    log_warn("restarting kvd-broker (restart %u)", d->broker_restarts);
+    int rc = broker_spawn(d, broker_reready);
+    if (rc < 0)
+        broker_reready(d, rc);
+}
+
+static void bc_closed_cb(struct bcli *b)
+{
+    struct kvd *d = b->data;
+    d->bc_closing = false;
+    kvd_maybe_finish_shutdown(d);
+}
+
+void kvd_broker_lost(struct kvd *d)
+{
+    if (d->shutting_down)
+        return;
+    if (d->broker_restarts >= KVD_BROKER_RESTARTS_MAX) {
+        log_err("kvd-broker died %u times: giving up", d->broker_restarts + 1);
+        d->exit_code = KVD_EXIT_RUNTIME;
+        if (d->bc_open)
+            bcli_close(&d->bc, NULL);
+        kvd_begin_shutdown(d, true);
+        return;
+    }
+    /* Pause the engine, fail what waits on the dead broker at once, let the workers
+     * drop the old mapping; sequences recompute once attached again. */
+    d->reattaching = true;
+    if (d->bc_open) {
+        d->bc_open = false;
+        d->bc_closing = true;
+        bcli_close(&d->bc, bc_closed_cb);
+    }
+    workers_recycle(d);
+    if (!d->broker_backoff_ms)
+        d->broker_backoff_ms = KVD_BROKER_BACKOFF_MIN_MS;
+    uv_timer_start(&d->broker_timer, broker_respawn_cb, d->broker_backoff_ms, 0);
 }
 
 static int resolve_broker(struct kvd *d)
@@ -437,6 +521,8 @@ int main(int argc, char **argv)
                    KVD_SWEEP_INTERVAL_MS);
     uv_timer_init(d->loop, &d->wd_timer);
     d->wd_timer.data = d;
+    uv_timer_init(d->loop, &d->broker_timer);
+    d->broker_timer.data = d;
     uint64_t wd_usec = 0;
     if (d->notify && sd_watchdog_enabled(0, &wd_usec) > 0 && wd_usec >= 2000)
         uv_timer_start(&d->wd_timer, wd_timer_cb, wd_usec / 2000, wd_usec / 2000);

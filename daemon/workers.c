@@ -294,6 +294,18 @@ int workers_start(struct kvd *d)
     return 0;
 }
 
+void workers_recycle(struct kvd *d)
+{
+    for (uint32_t i = 0; i < d->n_workers; i++) {
+        struct kvd_worker *w = &d->workers[i];
+        if (w->proc_live && w->pid) {
+            log_info("worker %u (pid %d): restarting to attach the new pool", w->index,
+                     (int)w->pid);
+            uv_process_kill(&w->proc, SIGTERM);
+        }
+    }
+}
+
 static void worker_nn_closed(struct nnuv *n)
 {
     struct kvd_worker *w = n->data;
