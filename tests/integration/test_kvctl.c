@@ -23,13 +23,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-#define START_WAIT_MS 20000   /* kvd + broker + worker start-up on a loaded machine */
+#define START_WAIT_MS 60000   /* kvd + broker + worker start-up on a loaded machine (ASan) */
 #define OUT_MAX (1u << 20)
 #define GOLDEN ", there was a little girl named Lily. She loved to play outside in the park."
 
@@ -96,6 +97,7 @@ static pid_t spawn_kvd(const char *dir)
     pid_t pid = fork();
     if (pid == 0) {
         setpgid(0, 0); /* kvd, its broker and workers: one group we can always kill */
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* and kvd dies with the test process */
         char log[300];
         snprintf(log, sizeof(log), "%s/kvd.log", dir);
         int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -636,17 +638,25 @@ START_TEST(test_killed_daemon_sdk_epeer)
     char dir[] = "/tmp/kvd-test-kill-XXXXXX";
     ck_assert_ptr_nonnull(mkdtemp(dir));
     pid_t pid = spawn_kvd(dir);
-    ck_assert(wait_ready(dir));
-    struct kvd_client *c;
-    ck_assert_int_eq(kvd_connect(dir, 3000, &c), 0);
-    struct kvd_params p = KVD_PARAMS_INIT;
-    p.prompt = "Once upon a time";
-    p.max_tokens = 8;
-    p.temperature = 0;
-    struct kvd_event d;
-    ck_assert_int_eq(kvd_generate(c, &p, NULL, NULL, 10000, &d), 0);
+    /* nothing may fail between spawn and kill: a failed assert would leak the group */
+    struct kvd_client *c = NULL;
+    int rc_gen = -1, rc_conn = -1;
+    bool ready = wait_ready(dir);
+    if (ready)
+        rc_conn = kvd_connect(dir, 3000, &c);
+    if (rc_conn == 0) {
+        struct kvd_params p = KVD_PARAMS_INIT;
+        struct kvd_event d;
+        p.prompt = "Once upon a time";
+        p.max_tokens = 8;
+        p.temperature = 0;
+        rc_gen = kvd_generate(c, &p, NULL, NULL, 10000, &d);
+    }
     kill(-pid, SIGKILL); /* kvd and its children, no goodbye */
     waitpid(pid, NULL, 0);
+    ck_assert_msg(ready, "kvd did not start (log in %s)", dir);
+    ck_assert_int_eq(rc_conn, 0);
+    ck_assert_int_eq(rc_gen, 0);
     double t = now_s();
     struct kvd_event ev;
     int rc;
