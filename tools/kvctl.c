@@ -24,7 +24,8 @@ static void usage(FILE *f)
             "\n"
             "--runtime-dir  where kvd's sockets are (default $KVD_RUNTIME_DIR,\n"
             "               $XDG_RUNTIME_DIR/kvd, /tmp/kvd-$UID)\n"
-            "--json         one JSON object (workers: a list) instead of text\n"
+            "--json         one JSON object (workers: a list) instead of text; also\n"
+            "               accepted after the command\n"
             "--timeout-ms   how long to wait for kvd (default %d)\n"
             "exit: 0 ok, 1 kvd answered with an error, 64 usage, 69 kvd unreachable\n",
             KVCTL_TIMEOUT_MS_DEFAULT);
@@ -70,6 +71,15 @@ int main(int argc, char **argv)
         return KVCTL_EX_USAGE;
     }
     k.color = isatty(STDOUT_FILENO) && !getenv("NO_COLOR");
+    /* --json is also accepted after the command (kvctl generate ... --json) */
+    int n = i + 1;
+    for (int a = i + 1; a < argc; a++) {
+        if (strcmp(argv[a], "--json") == 0)
+            k.json = true;
+        else
+            argv[n++] = argv[a];
+    }
+    argc = n;
     static const struct {
         const char *name;
         int (*fn)(const struct kvctl *, int, char **);

@@ -248,10 +248,10 @@ START_TEST(test_generate_golden_and_json)
     ck_assert_int_eq(rc, 0);
     ck_assert_msg(strncmp(out, GOLDEN, strlen(GOLDEN)) == 0, "got '%s'", out);
     ck_assert(strstr(err, "[length: 5 prompt tokens"));
-    /* token ids in, same continuation: BOS 1 + "Once upon a time" */
+    /* token ids in, same continuation: BOS 1 + "Once upon a time"; --json after the command */
     rc = run(out, err,
-             "%s/kvctl --runtime-dir %s --json generate --tokens 1,403,407,261,378 "
-             "--max-tokens 5 --temperature 0",
+             "%s/kvctl --runtime-dir %s generate --tokens 1,403,407,261,378 "
+             "--max-tokens 5 --temperature 0 --json",
              g_bin, g_dir);
     ck_assert_int_eq(rc, 0);
     ck_assert(strstr(out, "\"text\": \", there was a little\""));
