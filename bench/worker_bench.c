@@ -244,7 +244,7 @@ int main(int argc, char **argv)
     openblas_set_num_threads(1); /* our pool splits the matmuls (forward.h) */
     if (tpool_init(&tp, o.threads) < 0)
         return EX_OSERR;
-    double params = (double)m.vocab * m.dim * (m.output == m.tok_embd ? 1 : 2);
+    double params = (double)m.vocab * m.dim * (m.hp.tied_output ? 1 : 2);
     params += (double)m.n_layers * ((double)m.dim * (m.q_dim + 2 * m.kv_dim) +
                                     (double)m.q_dim * m.dim + 3.0 * m.dim * m.ff);
     printf("model %s: %.1fM params, %u layers, dim %u, heads %u/%u, ffn %u, vocab %u\n",

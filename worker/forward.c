@@ -35,8 +35,13 @@ int fwd_init(struct fwd *f, const struct model *m, struct tpool *tp, uint32_t ma
     f->rope_cs = calloc(T * m->head_dim, sizeof(float));
     f->row_seq = calloc(T, sizeof(uint32_t));
     f->row_pos = calloc(T, sizeof(uint32_t));
+    size_t in_max = m->dim > m->q_dim ? m->dim : m->q_dim;
+    in_max = in_max > m->ff ? in_max : m->ff;
+    f->conv_stride = (size_t)FWD_CONV_COLS * in_max;
+    f->conv = calloc((size_t)tp->n_threads * FWD_MM_TASKS_PER_THREAD * f->conv_stride,
+                     sizeof(float));
     if (!f->x || !f->xb || !f->qkv || !f->att || !f->h13 || !f->hb || !f->rope_cs ||
-        !f->row_seq || !f->row_pos) {
+        !f->row_seq || !f->row_pos || !f->conv) {
         log_err("cannot set up the forward pass: out of memory for %u rows of scratch",
                 max_tokens);
         fwd_release(f);
@@ -56,6 +61,7 @@ void fwd_release(struct fwd *f)
     free(f->rope_cs);
     free(f->row_seq);
     free(f->row_pos);
+    free(f->conv);
     memset(f, 0, sizeof(*f));
 }
 
@@ -133,20 +139,36 @@ static void rmsnorm_rows(float *out, const float *x, const float *w, size_t n, s
 
 struct mm_job {
     float *y;
-    const float *x, *W;
-    const uint16_t *Wh;      /* half-precision copy of W, or NULL: then sgemm */
+    const float *x, *W;      /* W: f32 weights, or NULL when only Wh exists */
+    const uint16_t *Wh;      /* half-precision weights, or NULL */
     bool bf16;               /* Wh is bfloat16 (else IEEE binary16) */
+    bool dot;                /* few rows: the half-precision dot kernel on Wh */
+    float *conv;             /* scratch: per task FWD_CONV_COLS x in floats (Wh -> f32) */
+    size_t conv_stride;      /* floats per task in conv */
     size_t n, in, out, cols; /* cols: output columns per task */
     float beta;
 };
 
-/* Task i: columns [i * cols, (i + 1) * cols) of y: one single-threaded sgemm, or for a
- * few rows with half-precision weights, dot products reading those (half the bytes). */
+/* y[:, c0 .. c0 + nc) = x @ W[c0 .. c0 + nc)^T (+ beta * y), W (nc, in) f32 rows. */
+static void mm_sgemm(const struct mm_job *J, const float *W, size_t c0, size_t nc)
+{
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)J->n, (int)nc, (int)J->in, 1.0f,
+                J->x, (int)J->in, W, (int)J->in, J->beta, J->y + c0, (int)J->out);
+}
+
+/* Task i: columns [i * cols, (i + 1) * cols) of y, by one of three paths: f32 weights ->
+ * one single-threaded sgemm; few rows with half weights -> dot products on the 16-bit
+ * rows (half the bytes); many rows with half weights -> FWD_CONV_COLS rows of W at a time
+ * converted to f32 into this task's scratch, then sgemm. */
 static void mm_task(void *ctx, uint32_t i)
 {
     const struct mm_job *J = ctx;
     size_t c0 = (size_t)i * J->cols, nc = J->out - c0 < J->cols ? J->out - c0 : J->cols;
-    if (J->Wh) {
+    if (J->W) {
+        mm_sgemm(J, J->W + c0 * J->in, c0, nc);
+        return;
+    }
+    if (J->dot) {
         float d[SIMD_ROWS_MAX]; /* (<= SIMD_ROWS_MAX,) one output column, a group of rows */
         for (size_t o = c0; o < c0 + nc; o++) {
             const uint16_t *w = J->Wh + o * J->in; /* (in,) stays in L1 across row groups */
@@ -161,15 +183,18 @@ static void mm_task(void *ctx, uint32_t i)
         }
         return;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)J->n, (int)nc, (int)J->in, 1.0f,
-                J->x, (int)J->in, J->W + c0 * J->in, (int)J->in, J->beta, J->y + c0,
-                (int)J->out);
+    float *conv = J->conv + (size_t)i * J->conv_stride; /* (FWD_CONV_COLS, in) */
+    for (size_t cc = c0; cc < c0 + nc; cc += FWD_CONV_COLS) {
+        size_t ncc = c0 + nc - cc < FWD_CONV_COLS ? c0 + nc - cc : FWD_CONV_COLS;
+        simd_half_to_f32(conv, J->Wh + cc * J->in, ncc * J->in, J->bf16);
+        mm_sgemm(J, conv, cc, ncc);
+    }
 }
 
-/* y (n, out) = x (n, in) @ W^T (+ beta * y), W (out, in) row-major. The output columns
- * are split over the compute pool (OpenBLAS itself runs single-threaded: one pool of
- * threads for everything, no BLAS threads spinning against ours). Up to
- * FWD_F16_ROWS_MAX rows use the half-precision weights Wh when the model has them. */
+/* y (n, out) = x (n, in) @ W^T (+ beta * y), W (out, in) row-major, given as f32 (W) or
+ * half precision (Wh; exactly one is non-NULL, model.h). The output columns are split
+ * over the compute pool (OpenBLAS itself runs single-threaded: one pool of threads for
+ * everything, no BLAS threads spinning against ours). */
 static void matmul(const struct fwd *f, float *y, const float *x, const float *W,
                    const uint16_t *Wh, size_t n, size_t in, size_t out, float beta)
 {
@@ -178,8 +203,19 @@ static void matmul(const struct fwd *f, float *y, const float *x, const float *W
     tasks = by_work < tasks ? (by_work ? by_work : 1) : tasks;
     size_t cols = (out + tasks - 1) / tasks;
     cols = (cols + FWD_MM_COL_ALIGN - 1) / FWD_MM_COL_ALIGN * FWD_MM_COL_ALIGN;
-    struct mm_job job = {y,  x,  W,   n <= FWD_F16_ROWS_MAX ? Wh : NULL,
-                         f->m->half_type == GGUF_DT_BF16, n, in, out, cols, beta};
+    struct mm_job job = {.y = y,
+                         .x = x,
+                         .W = W,
+                         .Wh = Wh,
+                         .bf16 = f->m->half_type == GGUF_DT_BF16,
+                         .dot = n <= FWD_F16_ROWS_MAX,
+                         .conv = f->conv,
+                         .conv_stride = f->conv_stride,
+                         .n = n,
+                         .in = in,
+                         .out = out,
+                         .cols = cols,
+                         .beta = beta};
     tpool_run(f->tp, mm_task, &job, (uint32_t)((out + cols - 1) / cols));
 }
 

@@ -8,8 +8,10 @@
  * sequence, read in place from the pages via kv_row, online softmax per tile) -> output
  * projection -> RMSNorm -> SwiGLU FFN. Residual adds are sgemm's beta = 1.
  *
- * Matrix products: cblas_sgemm per slice of output columns, slices spread over the
- * compute pool; the caller sets OpenBLAS to one thread (openblas_set_num_threads(1)).
+ * Matrix products: per slice of output columns, slices spread over the compute pool:
+ * cblas_sgemm on f32 weights; on half-precision weights (model.h) a dot kernel for up
+ * to FWD_F16_ROWS_MAX rows, else FWD_CONV_COLS-row slices converted to f32 + sgemm. The
+ * caller sets OpenBLAS to one thread (openblas_set_num_threads(1)).
  * Scratch is allocated once by fwd_init for max_tokens rows; fwd_run never allocates,
  * logs or fails: fwd_check() validates a batch first (the caller must call it).
  * One thread drives a fwd (the worker's step loop); attention fans out over f->tp.
@@ -30,6 +32,7 @@
 #define FWD_MAX_TOKENS_LIMIT 65536 /* rows of one fwd_run, upper bound for max_tokens */
 #define FWD_MM_TASKS_PER_THREAD 2 /* column slices per compute thread in one matmul */
 #define FWD_MM_COL_ALIGN 16       /* slice width multiple (one AVX-512 register of floats) */
+#define FWD_CONV_COLS 256          /* half-precision weight rows converted per sgemm */
 #define FWD_PAR_MIN_MACS (1u << 16) /* multiply-adds below which a task is not worth a
                                        thread hand-off (~10 us of work) */
 #define FWD_F16_ROWS_MAX 16       /* up to this many rows multiply with f16/bf16 weights (in
@@ -58,6 +61,8 @@ struct fwd {
     float *rope_cs;        /* (max_tokens, head_dim) cos, sin interleaved per pair */
     uint32_t *row_seq;     /* (max_tokens,) sequence index of each row */
     uint32_t *row_pos;     /* (max_tokens,) position of each row */
+    float *conv;           /* (matmul tasks, FWD_CONV_COLS, max in) half -> f32 weight slices */
+    size_t conv_stride;    /* floats per matmul task in conv */
 };
 
 /* Allocates scratch for max_tokens rows (1..FWD_MAX_TOKENS_LIMIT). 0, -EINVAL (model

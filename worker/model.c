@@ -16,7 +16,8 @@ static bool model_is_half(const struct gguf_file *g, const struct model *m, cons
 }
 
 /* Dequantizes tensor `name` (rows x cols, already shape-checked by gguf_llama_validate)
- * into dst, row by row; dst_h (non-NULL only for a half_type tensor) gets the raw bits. */
+ * into dst (if not NULL), row by row; dst_h (non-NULL only for a half_type tensor) gets
+ * the raw bits. */
 static int model_copy_h(const struct gguf_file *g, const char *name, uint64_t rows,
                         uint64_t cols, float *dst, uint16_t *dst_h)
 {
@@ -34,7 +35,7 @@ static int model_copy_h(const struct gguf_file *g, const char *name, uint64_t ro
     const uint8_t *src = t->data;
     if (dst_h)
         memcpy(dst_h, src, rows * cols * sizeof(uint16_t));
-    for (uint64_t r = 0; r < rows; r++) {
+    for (uint64_t r = 0; dst && r < rows; r++) {
         int rc = gguf_dequant_row(t->type, src + r * rb, dst + r * cols, cols);
         if (rc < 0) {
             log_err("cannot load '%s': tensor '%s' of type %s: %s", g->path, name,
@@ -62,14 +63,15 @@ static int model_copy_layer(const struct gguf_file *g, struct model *m, uint32_t
     size_t d = m->dim, qd = m->q_dim, kvd = m->kv_dim, ff = m->ff;
     if ((rc = LAYER_TENSOR("attn_norm.weight", 1, d, L->attn_norm, NULL)) < 0 ||
         (rc = LAYER_TENSOR("attn_q.weight", qd, d, L->wqkv, L->wqkv_h)) < 0 ||
-        (rc = LAYER_TENSOR("attn_k.weight", kvd, d, L->wqkv + qd * d, OFF(L->wqkv_h, qd * d))) <
-            0 ||
-        (rc = LAYER_TENSOR("attn_v.weight", kvd, d, L->wqkv + (qd + kvd) * d,
+        (rc = LAYER_TENSOR("attn_k.weight", kvd, d, OFF(L->wqkv, qd * d),
+                           OFF(L->wqkv_h, qd * d))) < 0 ||
+        (rc = LAYER_TENSOR("attn_v.weight", kvd, d, OFF(L->wqkv, (qd + kvd) * d),
                            OFF(L->wqkv_h, (qd + kvd) * d))) < 0 ||
         (rc = LAYER_TENSOR("attn_output.weight", d, qd, L->wo, L->wo_h)) < 0 ||
         (rc = LAYER_TENSOR("ffn_norm.weight", 1, d, L->ffn_norm, NULL)) < 0 ||
         (rc = LAYER_TENSOR("ffn_gate.weight", ff, d, L->w13, L->w13_h)) < 0 ||
-        (rc = LAYER_TENSOR("ffn_up.weight", ff, d, L->w13 + ff * d, OFF(L->w13_h, ff * d))) < 0 ||
+        (rc = LAYER_TENSOR("ffn_up.weight", ff, d, OFF(L->w13, ff * d), OFF(L->w13_h, ff * d))) <
+            0 ||
         (rc = LAYER_TENSOR("ffn_down.weight", d, ff, L->w2, L->w2_h)) < 0)
         return rc;
 #undef OFF
@@ -77,7 +79,8 @@ static int model_copy_layer(const struct gguf_file *g, struct model *m, uint32_t
     return 0;
 }
 
-/* f16 copies only when every tensor fused into the matrix is F16 in the file. */
+/* A matrix is kept in half precision when every tensor fused into it has the model's
+ * half_type in the file, else in f32 (exactly one of the two is allocated). */
 static int model_alloc_layer(const struct gguf_file *g, struct model *m, uint32_t l,
                              struct model_layer *L)
 {
@@ -102,11 +105,18 @@ static int model_alloc_layer(const struct gguf_file *g, struct model *m, uint32_
         return -ENOMEM;
     L->attn_norm = calloc(d, sizeof(float));
     L->ffn_norm = calloc(d, sizeof(float));
-    L->wqkv = calloc((size_t)(m->q_dim + 2 * m->kv_dim) * d, sizeof(float));
-    L->wo = calloc(d * m->q_dim, sizeof(float));
-    L->w13 = calloc(2 * (size_t)m->ff * d, sizeof(float));
-    L->w2 = calloc(d * m->ff, sizeof(float));
-    return L->attn_norm && L->ffn_norm && L->wqkv && L->wo && L->w13 && L->w2 ? 0 : -ENOMEM;
+    if (!L->wqkv_h)
+        L->wqkv = calloc((size_t)(m->q_dim + 2 * m->kv_dim) * d, sizeof(float));
+    if (!L->wo_h)
+        L->wo = calloc(d * m->q_dim, sizeof(float));
+    if (!L->w13_h)
+        L->w13 = calloc(2 * (size_t)m->ff * d, sizeof(float));
+    if (!L->w2_h)
+        L->w2 = calloc(d * m->ff, sizeof(float));
+    return L->attn_norm && L->ffn_norm && (L->wqkv || L->wqkv_h) && (L->wo || L->wo_h) &&
+                   (L->w13 || L->w13_h) && (L->w2 || L->w2_h)
+               ? 0
+               : -ENOMEM;
 }
 
 int model_load(struct model *m, const char *path)
@@ -143,11 +153,6 @@ int model_load(struct model *m, const char *path)
     m->layers = calloc(m->n_layers, sizeof(*m->layers));
     if (!m->inv_freq || !m->tok_embd || !m->out_norm || !m->layers)
         goto out_nomem;
-    if (m->hp.tied_output) {
-        m->output = m->tok_embd;
-    } else if (!(m->output = calloc((size_t)m->vocab * m->dim, sizeof(float)))) {
-        goto out_nomem;
-    }
     gguf_llama_rope_inv_freq(&g, &m->hp, m->inv_freq);
     const struct gguf_tensor *q0 = gguf_tensor_find(&g, "blk.0.attn_q.weight");
     m->half_type = q0 && (q0->type == GGUF_DT_F16 || q0->type == GGUF_DT_BF16) ? q0->type
@@ -155,6 +160,12 @@ int model_load(struct model *m, const char *path)
     const char *out_name = m->hp.tied_output ? "token_embd.weight" : "output.weight";
     if (model_is_half(&g, m, out_name) &&
         !(m->output_h = calloc((size_t)m->vocab * m->dim, sizeof(uint16_t))))
+        goto out_nomem;
+    /* f32 output only when there is no half copy (tied: token_embd's f32 rows, which the
+     * embedding lookup needs anyway) */
+    if (m->hp.tied_output)
+        m->output = m->output_h ? NULL : m->tok_embd;
+    else if (!m->output_h && !(m->output = calloc((size_t)m->vocab * m->dim, sizeof(float))))
         goto out_nomem;
     if ((rc = model_copy_h(&g, "token_embd.weight", m->vocab, m->dim, m->tok_embd,
                            m->hp.tied_output ? m->output_h : NULL)) < 0 ||
@@ -199,7 +210,7 @@ void model_release(struct model *m)
     free(m->output_h);
     free(m->layers);
     if (m->output != m->tok_embd)
-        free(m->output);
+        free(m->output); /* NULL when only a half copy exists */
     free(m->tok_embd);
     free(m->out_norm);
     free(m->inv_freq);

@@ -2,14 +2,16 @@
  *
  * Loading opens the GGUF (common/gguf.h), checks hyper-parameters and every tensor
  * (gguf_llama_hparams + gguf_llama_validate: unsupported architectures and weight types
- * are refused by name there), and DEQUANTIZES every weight (F32, F16, BF16, Q8_0) to
- * f32 once, so all matrix products go through cblas_sgemm. Memory: 4 bytes per
- * parameter (a 125M model needs ~0.5 GB). Q/K/V are packed into one matrix per layer
- * and gate/up into another, so a layer is 4 sgemm calls.
- * Matrices stored in half precision in the file (F16 or BF16: half_type, taken from
- * blk.0.attn_q) are ALSO kept as the file's 16-bit values (*_h, exact, +2 bytes per
- * parameter): small batches (decode) multiply with those, reading half the bytes, which
- * is what bounds decode on a CPU. NULL for a matrix whose tensors have another type.
+ * are refused by name there) and copies the weights out of the mapping:
+ *  - matrices stored in half precision (F16 or BF16 = half_type, taken from
+ *    blk.0.attn_q) stay in that format (*_h, exact, 2 bytes per parameter): up to
+ *    FWD_F16_ROWS_MAX rows multiply with the worker's half-precision dot kernel (decode
+ *    reads half the bytes of f32), more rows convert slices to f32 and use sgemm;
+ *  - all other matrices (F32, Q8_0, mixed) are DEQUANTIZED to f32 once (4 bytes per
+ *    parameter) and go through cblas_sgemm.
+ * Exactly one of W / W_h is non-NULL per matrix. Token embeddings are always f32 (the
+ * lookup copies rows); output is token_embd when tied. Q/K/V are packed into one matrix
+ * per layer and gate/up into another, so a layer is 4 matrix products.
  * Immutable after model_load; any thread may read it.
  */
 #ifndef KVD_WORKER_MODEL_H
@@ -21,12 +23,12 @@
 
 struct model_layer {
     float *attn_norm; /* (dim,) */
-    float *wqkv;      /* (q_dim + 2 * kv_dim, dim): rows of Q, then K, then V */
+    float *wqkv;      /* (q_dim + 2 * kv_dim, dim): rows of Q, then K, then V; or NULL */
     float *wo;        /* (dim, q_dim) */
     float *ffn_norm;  /* (dim,) */
     float *w13;       /* (2 * ff, dim): rows of gate (w1), then up (w3) */
     float *w2;        /* (dim, ff) down */
-    uint16_t *wqkv_h; /* half_type copies of the above when the file has them so, else NULL */
+    uint16_t *wqkv_h; /* the same matrices in half_type when the file has them so, else NULL */
     uint16_t *wo_h;
     uint16_t *w13_h;
     uint16_t *w2_h;
@@ -41,7 +43,7 @@ struct model {
     float *inv_freq;        /* (head_dim / 2,) rotary inverse frequencies, scaling applied */
     float *tok_embd;        /* (vocab, dim) */
     float *out_norm;        /* (dim,) */
-    float *output;          /* (vocab, dim); == tok_embd when tied */
+    float *output;          /* (vocab, dim); == tok_embd when tied; NULL when output_h */
     uint16_t *output_h;     /* half_type copy of output when the file stores it so, or NULL */
     uint32_t half_type;     /* GGUF_DT_F16 or GGUF_DT_BF16 (*_h format), or GGUF_DT_F32: none */
     struct model_layer *layers; /* (n_layers,) */

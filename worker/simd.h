@@ -297,6 +297,22 @@ static inline void simd_dot_half_rows(const float *x, size_t ldx, const uint16_t
 }
 #endif
 
+/* dst[i] = half-precision src[i] as f32 (binary16, or bfloat16 when bf16); exact. */
+static inline void simd_half_to_f32(float *dst, const uint16_t *src, size_t n, bool bf16)
+{
+    size_t i = 0;
+#if defined(__AVX512F__)
+    if (bf16)
+        for (; i + 16 <= n; i += 16)
+            _mm512_storeu_ps(dst + i, simd_load16_half(src + i, true));
+    else
+        for (; i + 16 <= n; i += 16)
+            _mm512_storeu_ps(dst + i, simd_load16_half(src + i, false));
+#endif
+    for (; i < n; i++)
+        dst[i] = bf16 ? simd_bf16_to_f32(src[i]) : simd_f16_to_f32(src[i]);
+}
+
 /* Sum of squares, used by RMSNorm (portable: the compiler vectorises it). */
 static inline float simd_sumsq(const float *x, size_t n)
 {

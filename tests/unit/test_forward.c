@@ -135,6 +135,9 @@ static const struct shape shapes[] = {
     /* tied output weights, rope base 500000 (llama3-like), 4:2 heads */
     {"--dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 128 --vocab 300 --ctx 256 --dtype f32 "
      "--tied --rope-base 500000 --seed 5", 16, 50},
+    /* tied output kept only in f16 (no f32 output matrix), prefill via converted slices */
+    {"--dim 64 --layers 2 --heads 4 --kv-heads 2 --ffn 128 --vocab 300 --ctx 256 --dtype f16 "
+     "--tied --seed 6", 16, 45},
 };
 
 START_TEST(test_mkmodel_shapes_f32)
