@@ -263,6 +263,10 @@ static void attached_cb(struct bcli *b, int status, const struct wmsg *m, void *
         log_warn("--max-running %u exceeds %u sequences per step x %u workers: a step may be "
                  "refused by a worker",
                  d->cfg.max_running, STEP_MAX_SEQS, d->cfg.workers);
+    if (d->cfg.max_batch_tokens < d->cfg.max_running)
+        log_warn("--max-batch-tokens %u is below --max-running %u: the newest sequences may "
+                 "wait for a step while older ones decode",
+                 d->cfg.max_batch_tokens, d->cfg.max_running);
     if ((rc = workers_start(d)) < 0) {
         start_failed(d, rc, "starting workers");
         return;

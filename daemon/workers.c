@@ -183,8 +183,13 @@ static void worker_exit_cb(uv_process_t *p, int64_t status, int sig)
             w->backoff_ms = w->backoff_ms * 2 > KVD_WORKER_BACKOFF_MAX_MS
                                 ? KVD_WORKER_BACKOFF_MAX_MS
                                 : w->backoff_ms * 2;
-        log_warn("worker %u died (status %lld, signal %d)%s: restarting in %u ms", w->index,
-                 (long long)status, sig, was_busy ? " during a step" : "", w->backoff_ms);
+        if (d->reattaching)
+            log_info("worker %u exited (status %lld, signal %d) to attach the new pool: "
+                     "restarting in %u ms",
+                     w->index, (long long)status, sig, w->backoff_ms);
+        else
+            log_warn("worker %u died (status %lld, signal %d)%s: restarting in %u ms", w->index,
+                     (long long)status, sig, was_busy ? " during a step" : "", w->backoff_ms);
         w->state = KW_RESTARTING;
         w->restarts++;
         if (w->nn_open && !w->nn.closing)
