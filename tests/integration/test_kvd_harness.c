@@ -76,6 +76,7 @@ int kh_start(struct kh_kvd *k, const char *bin, const char *dir, const char *soc
         int st;
         if (waitpid(pid, &st, WNOHANG) == pid) {
             k->pid = 0;
+            k->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
             return -ECHILD;
         }
         if (access(sock, F_OK) == 0) {

@@ -20,13 +20,15 @@ struct kh_kvd {
     pid_t pid;
     char dir[256];
     char log[300];
+    int status;   /* exit status when kh_start saw it exit (-ECHILD) */
 };
 
 /* A fresh temp dir (mkdtemp under /tmp). */
 void kh_tmpdir(char out[256]);
 /* Starts bin (e.g. "kvd", "kvd-broker") from $KVD_BIN_DIR with --runtime-dir dir and the
  * NULL-terminated extra args, stderr to dir/<bin>.log. Waits until sock_name exists in
- * dir and (for kvd) a client can connect. 0 or -errno / -ETIMEDOUT. */
+ * dir and (for kvd) a client can connect. 0, -ECHILD (it exited first; k->status holds
+ * its exit status), -ETIMEDOUT or -errno. */
 int kh_start(struct kh_kvd *k, const char *bin, const char *dir, const char *sock_name,
              const char *const *extra);
 /* Sends sig (0: none, it was told already), waits. Returns the exit status (0..255), 128+signal, or -ETIMEDOUT

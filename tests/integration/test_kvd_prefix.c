@@ -7,6 +7,7 @@
 #include "common/err.h"
 
 #include <check.h>
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -216,6 +217,13 @@ START_TEST(test_hit_after_kvd_restart_with_broker_kept)
     kvd_close(c);
     ck_assert_uint_eq(kh_wait_pages_used_zero(dir), 0);
     ck_assert_int_eq(kh_stop(&k2, SIGTERM), 0);
+    /* A kvd with another kv dtype can never share these pages: its attach is refused
+     * (pool descriptor mismatch, exit 78), and its block hashes differ anyway
+     * (test_blockhash). */
+    const char *const f16[] = {"--broker", dir, "--kv-dtype", "f16", NULL};
+    struct kh_kvd k3;
+    ck_assert_int_eq(kh_start(&k3, "kvd", dir, "kvd.sock", f16), -ECHILD);
+    ck_assert_int_eq(k3.status, 78);
     ck_assert_int_eq(kh_stop(&broker, SIGTERM), 0);
     kh_rmdir(dir);
 }
