@@ -360,5 +360,6 @@ const char *config_usage(void)
            "  --log-level LEVEL       error|warn|info|debug (default info)\n"
            "  --help                  this text\n"
            "  --version               version\n"
-           "Exit codes: 0 ok, 64 bad flag, 78 bad config, 1 runtime failure.\n";
+           "Exit codes: 0 ok, 1 runtime failure, 64 bad flag, 69 another kvd serves the\n"
+           "runtime dir, 78 bad config.\n";
 }

@@ -8,7 +8,8 @@
  * --grace-ms, then end them (ESHUTDOWN), let the last "done"s drain, say "bye" to
  * sessions, stop workers, detach from the broker and stop the broker kvd spawned;
  * children that do not exit within KVD_STOP_TIMEOUT_MS are killed. The loop ends when
- * every handle has closed. Exit: 0 clean, 1 runtime failure, 64 bad flag, 78 bad config.
+ * every handle has closed. Exit: 0 clean, 1 runtime failure, 64 bad flag, 69 another kvd
+ * serves the runtime dir, 78 bad config.
  */
 #include "daemon/kvd.h"
 
@@ -23,12 +24,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
 #define KVD_DRAIN_MS 200          /* last "done" messages leave before sessions close */
 #define KVD_EXIT_RUNTIME 1
 #define KVD_EXIT_USAGE 64
+#define KVD_EXIT_UNAVAILABLE 69 /* another kvd serves this runtime dir */
 #define KVD_EXIT_CONFIG 78
 
 /* Phase 2 of the shutdown and the timers it needs, kept with main's state. */
@@ -447,6 +451,21 @@ static int resolve_broker(struct kvd *d)
     return paths_ipc_addr(d->broker_addr, sizeof(d->broker_addr), b, PATHS_SOCK_BROKER);
 }
 
+/* True when something accepts connections on the AF_UNIX socket at path. */
+static bool sock_is_live(const char *path)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof(sa.sun_path))
+        return false;
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return false;
+    bool live = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+    close(fd);
+    return live;
+}
+
 static int kvd_setup(struct kvd *d)
 {
     int rc;
@@ -462,6 +481,12 @@ static int kvd_setup(struct kvd *d)
         (rc = paths_ensure_dir(d->rundir)) < 0) {
         log_err("cannot use runtime dir '%s': %s", d->rundir, kvd_strerror(rc));
         return KVD_EXIT_CONFIG;
+    }
+    char sock[PATHS_MAX];
+    if (paths_join(sock, sizeof(sock), d->rundir, PATHS_SOCK_CLIENT) == 0 && sock_is_live(sock)) {
+        log_err("another kvd serves '%s' (its %s answers): not starting", d->rundir,
+                PATHS_SOCK_CLIENT);
+        return KVD_EXIT_UNAVAILABLE;
     }
     char model[CONFIG_PATH_MAX];
     if (d->cfg.model[0]) {

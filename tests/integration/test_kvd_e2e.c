@@ -492,6 +492,10 @@ START_TEST(test_config_file_and_sd_notify)
     ck_assert_int_eq(kvd_connect(dir, 5000, &e.c), 0);
     ck_assert_uint_eq(kvd_client_info(e.c)->max_model_len, 300);
     ck_assert_int_ne(kh_worker_pid(dir, 1), 0); /* two workers */
+    /* A second kvd on the same runtime dir refuses to start (69), the first keeps serving. */
+    const char *const second[] = {"--runtime-dir", dir, NULL};
+    ck_assert_int_eq(run_kvd_status(second), 69);
+    ck_assert_uint_eq(kvd_client_info(e.c)->max_model_len, 300);
     char buf[512];
     bool ready = false;
     struct timeval tv = {5, 0};
