@@ -40,6 +40,7 @@ static const struct opt config_opts[] = {
     {"max-running", OPT_U32, F(max_running), 0, 1, CONFIG_MAX_RUNNING_MAX},
     {"max-queue", OPT_U32, F(max_queue), 0, 1, CONFIG_MAX_QUEUE_MAX},
     {"grace-ms", OPT_U32, F(grace_ms), 0, 0, CONFIG_GRACE_MS_MAX},
+    {"step-timeout-ms", OPT_U32, F(step_timeout_ms), 0, 0, CONFIG_STEP_TIMEOUT_MS_MAX},
     {"alloc", OPT_ALLOC, F(alloc), 0, 0, 0},
     {"prefix-cache", OPT_ONOFF, F(prefix_cache), 0, 0, 0},
     {"log-level", OPT_LEVEL, F(log_level), 0, 0, 0},
@@ -73,6 +74,7 @@ void config_defaults(struct kvd_config *c)
     c->max_running = CONFIG_DEF_MAX_RUNNING;
     c->max_queue = CONFIG_DEF_MAX_QUEUE;
     c->grace_ms = CONFIG_DEF_GRACE_MS;
+    c->step_timeout_ms = CONFIG_DEF_STEP_TIMEOUT_MS;
     c->alloc = CONFIG_ALLOC_PAGED;
     c->prefix_cache = true;
     c->log_level = LOG_LEVEL_INFO;
@@ -354,6 +356,8 @@ const char *config_usage(void)
            "  --max-queue N           waiting requests before 'overloaded' (default 1024)\n"
            "  --grace-ms MS           SIGTERM grace period for in-flight requests (default "
            "10000)\n"
+           "  --step-timeout-ms MS    a worker silent this long on one step is killed and the\n"
+           "                          step re-run elsewhere; 0 = never (default 60000)\n"
            "  --alloc paged|naive     page allocation on demand, or max-model-len reserved at\n"
            "                          admission (the baseline to compare with; default paged)\n"
            "  --prefix-cache on|off   share cached prompt blocks (default on)\n"

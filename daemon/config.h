@@ -38,6 +38,8 @@
 #define CONFIG_DEF_MAX_RUNNING 64
 #define CONFIG_DEF_MAX_QUEUE 1024
 #define CONFIG_DEF_GRACE_MS 10000           /* SIGTERM: time to finish in-flight requests */
+#define CONFIG_DEF_STEP_TIMEOUT_MS 60000    /* a worker silent this long on a step is killed */
+#define CONFIG_STEP_TIMEOUT_MS_MAX 86400000 /* one day */
 
 enum config_alloc { CONFIG_ALLOC_PAGED = 0, CONFIG_ALLOC_NAIVE };
 
@@ -57,6 +59,7 @@ struct kvd_config {
     uint32_t max_running;              /* sequences in the running set */
     uint32_t max_queue;                /* waiting requests before "overloaded" */
     uint32_t grace_ms;                 /* shutdown grace period */
+    uint32_t step_timeout_ms;          /* worker step deadline; 0 = none */
     enum config_alloc alloc;           /* paged (on demand) or naive (max-model-len) */
     bool prefix_cache;                 /* share full prompt blocks through the broker */
     enum log_level log_level;

@@ -37,7 +37,6 @@
 #define KVD_SESSIONS_MAX 1024          /* concurrent client sessions */
 #define KVD_SWEEP_INTERVAL_MS 100      /* timeouts / cancellations are checked this often */
 #define KVD_ENGINE_RETRY_MS 20         /* retry when the queue waits for pages */
-#define KVD_STEP_TIMEOUT_MS 60000      /* a worker silent this long on a step is killed */
 #define KVD_WORKER_BACKOFF_MIN_MS 100  /* first restart delay of a crashed worker */
 #define KVD_WORKER_BACKOFF_MAX_MS 5000 /* cap on a crashing worker's restart delay */
 #define KVD_WORKER_STABLE_MS 10000     /* alive this long: back-off resets */

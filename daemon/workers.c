@@ -113,15 +113,14 @@ static void worker_step_timeout_cb(uv_timer_t *t)
 {
     struct kvd_worker *w = t->data;
     if (w->state == KW_BUSY && w->proc_live) {
-        log_err("worker %u (pid %d) silent for %d ms on a step: killing it", w->index,
-                (int)w->pid, KVD_STEP_TIMEOUT_MS);
+        log_err("worker %u (pid %d) silent for %u ms on a step: killing it", w->index,
+                (int)w->pid, w->d->cfg.step_timeout_ms);
         uv_process_kill(&w->proc, SIGKILL);
     }
 }
 
 int worker_send_step(struct kvd *d, struct kvd_worker *w, struct wbuf *step, uint64_t step_id)
 {
-    (void)d;
     if (w->state != KW_IDLE)
         return -EAGAIN;
     int rc = nnuv_send(&w->nn, step->sb.data, step->sb.size);
@@ -131,7 +130,8 @@ int worker_send_step(struct kvd *d, struct kvd_worker *w, struct wbuf *step, uin
     }
     w->state = KW_BUSY;
     w->step_id = step_id;
-    uv_timer_start(&w->timer, worker_step_timeout_cb, KVD_STEP_TIMEOUT_MS, 0);
+    if (d->cfg.step_timeout_ms)
+        uv_timer_start(&w->timer, worker_step_timeout_cb, d->cfg.step_timeout_ms, 0);
     return 0;
 }
 

@@ -277,6 +277,52 @@ START_TEST(test_prompt_too_long)
 }
 END_TEST
 
+START_TEST(test_hung_worker_killed_and_step_rerun)
+{
+    /* A worker that stops answering (SIGSTOP) mid-generation is killed after
+     * --step-timeout-ms; its step re-runs on the restarted worker; same greedy output. */
+    static const char *const extra[] = {"--max-model-len", "2048", "--step-timeout-ms", "500",
+                                        NULL};
+    struct env e;
+    env_start(&e, extra);
+    struct kvd_params p;
+    kvd_params_init(&p);
+    p.prompt = "Once upon a time";
+    p.max_tokens = 1000;
+    p.ignore_eos = true;
+    p.temperature = 0;
+    p.stream = false;
+    static struct kh_result ref, r;
+    kh_generate(e.c, &p, GEN_TIMEOUT_MS, &ref);
+    ck_assert_int_eq(ref.rc, 0);
+    pid_t wpid = kh_worker_pid(e.dir, 0);
+    ck_assert_int_gt(wpid, 0);
+    p.stream = true;
+    uint64_t id;
+    ck_assert_int_eq(kvd_submit(e.c, &p, &id), 0);
+    struct kvd_event ev;
+    size_t n = 0;
+    bool stopped = false;
+    for (;;) {
+        ck_assert_int_eq(kvd_next_event(e.c, &ev, GEN_TIMEOUT_MS), 0);
+        if (ev.type == KVD_EVENT_DONE)
+            break;
+        memcpy(&r.tokens[n], ev.tokens, ev.n_tokens * sizeof(uint32_t));
+        n += ev.n_tokens;
+        if (!stopped && n >= 20) {
+            ck_assert_int_eq(kill(wpid, SIGSTOP), 0);
+            stopped = true;
+        }
+    }
+    ck_assert_msg(ev.finish == KVD_FINISH_LENGTH, "finish %d code %d: %s", ev.finish, ev.code,
+                  ev.msg);
+    ck_assert_uint_eq(n, 1000);
+    ck_assert_mem_eq(r.tokens, ref.tokens, 1000 * sizeof(uint32_t));
+    ck_assert_int_ne(kh_worker_pid(e.dir, 0), wpid);
+    env_stop(&e);
+}
+END_TEST
+
 START_TEST(test_preemption_keeps_outputs)
 {
     /* 20 pages x 16 tokens; 6 sequences of 5 + 100 tokens (7 pages each) admitted on
@@ -620,6 +666,7 @@ int main(void)
     tcase_add_test(tc, test_overload_rejected);
     tcase_add_test(tc, test_prompt_too_long);
     tcase_add_test(tc, test_preemption_keeps_outputs);
+    tcase_add_test(tc, test_hung_worker_killed_and_step_rerun);
     tcase_add_test(tc, test_worker_sigkill_mid_generation);
     tcase_add_test(tc, test_client_loss_releases_pages);
     tcase_add_test(tc, test_exit_codes);

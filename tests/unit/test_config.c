@@ -39,6 +39,7 @@ START_TEST(test_defaults)
     ck_assert_int_eq(c.alloc, CONFIG_ALLOC_PAGED);
     ck_assert_str_eq(c.backend, "host");
     ck_assert_str_eq(c.config_file, "");
+    ck_assert_uint_eq(c.step_timeout_ms, CONFIG_DEF_STEP_TIMEOUT_MS);
 }
 END_TEST
 
@@ -69,8 +70,9 @@ START_TEST(test_flags)
     char err[CONFIG_ERR_LEN];
     ck_assert_int_eq(LOAD(&c, err, "--workers", "3", "--pool-bytes=32M", "--alloc", "naive",
                           "--prefix-cache", "off", "--kv-dtype", "f16", "--log-level",
-                          "debug"),
+                          "debug", "--step-timeout-ms", "0"),
                      CONFIG_OK);
+    ck_assert_uint_eq(c.step_timeout_ms, 0);
     ck_assert_uint_eq(c.workers, 3);
     ck_assert_uint_eq(c.pool_bytes, 32u << 20);
     ck_assert_int_eq(c.alloc, CONFIG_ALLOC_NAIVE);
