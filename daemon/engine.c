@@ -470,8 +470,8 @@ static void slot_apply(struct kvd *d, struct engine_slot *sl, const struct step_
         r->worker = -1;
         if (e->pos0 < r->n_prompt)
             d->ctr.prefill_tokens += e->n;
-        if (e->admitted)
-            d->ctr.prompt_tokens += r->n_prompt;
+        if (e->admitted && r->seq.preemptions == 0)
+            d->ctr.prompt_tokens += r->n_prompt; /* once per request, not per recompute */
         if (sr->n_prompt)
             req_on_prompt_lp(r, e->pos0, sr);
         int rc = sched_entry_done(&d->sched, e, sr->has_token, sr->token);
