@@ -267,7 +267,7 @@ END_TEST
 
 /* Random byte mutations of valid step and result messages: every decode either fails
  * cleanly or yields a message within the limits (run under ASan by `make test`). */
-#define MUTATIONS 1500 /* mutated messages per kind */
+#define MUTATIONS 20000 /* mutated messages per kind */
 START_TEST(test_mutations)
 {
     uint32_t t[] = {1, 2, 3, 4}, b[] = {0, 5}, pen[] = {7, 7};
