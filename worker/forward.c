@@ -139,11 +139,12 @@ static void rmsnorm_rows(float *out, const float *x, const float *w, size_t n, s
 
 struct mm_job {
     float *y;
-    const float *x, *W;      /* W: f32 weights, or NULL when only Wh exists */
-    const uint16_t *Wh;      /* half-precision weights, or NULL */
-    bool bf16;               /* Wh is bfloat16 (else IEEE binary16) */
-    bool dot;                /* few rows: the half-precision dot kernel on Wh */
-    float *conv;             /* scratch: per task FWD_CONV_COLS x in floats (Wh -> f32) */
+    const float *x, *W;      /* W: f32 weights, or NULL when only Wp exists */
+    const uint8_t *Wp;       /* packed weights (the file's rows), or NULL */
+    uint32_t ptype;          /* GGUF_DT_F16, _BF16 or _Q8_0: format of Wp */
+    size_t row_bytes;        /* bytes of one packed row of `in` weights */
+    bool dot;                /* few rows: the dot kernels on Wp */
+    float *conv;             /* scratch: per task FWD_CONV_COLS x in floats (Wp -> f32) */
     size_t conv_stride;      /* floats per task in conv */
     size_t n, in, out, cols; /* cols: output columns per task */
     float beta;
@@ -156,10 +157,21 @@ static void mm_sgemm(const struct mm_job *J, const float *W, size_t c0, size_t n
                 J->x, (int)J->in, W, (int)J->in, J->beta, J->y + c0, (int)J->out);
 }
 
+/* out[r] = dot(x row r, packed weight row w) for nr (<= SIMD_ROWS_MAX) rows. */
+static inline void mm_dot_rows(const struct mm_job *J, const float *x, const uint8_t *w,
+                               size_t nr, float *out)
+{
+    if (J->ptype == GGUF_DT_Q8_0)
+        simd_dot_q8_rows(x, J->in, w, J->in, nr, out);
+    else
+        simd_dot_half_rows(x, J->in, (const uint16_t *)w, J->in, nr,
+                           J->ptype == GGUF_DT_BF16, out);
+}
+
 /* Task i: columns [i * cols, (i + 1) * cols) of y, by one of three paths: f32 weights ->
- * one single-threaded sgemm; few rows with half weights -> dot products on the 16-bit
- * rows (half the bytes); many rows with half weights -> FWD_CONV_COLS rows of W at a time
- * converted to f32 into this task's scratch, then sgemm. */
+ * one single-threaded sgemm; few rows with packed weights -> dot products on the file's
+ * rows (2-4x fewer bytes); many rows with packed weights -> FWD_CONV_COLS rows of W at
+ * a time converted to f32 into this task's scratch, then sgemm. */
 static void mm_task(void *ctx, uint32_t i)
 {
     const struct mm_job *J = ctx;
@@ -171,10 +183,10 @@ static void mm_task(void *ctx, uint32_t i)
     if (J->dot) {
         float d[SIMD_ROWS_MAX]; /* (<= SIMD_ROWS_MAX,) one output column, a group of rows */
         for (size_t o = c0; o < c0 + nc; o++) {
-            const uint16_t *w = J->Wh + o * J->in; /* (in,) stays in L1 across row groups */
+            const uint8_t *w = J->Wp + o * J->row_bytes; /* stays in L1 across row groups */
             for (size_t r0 = 0; r0 < J->n; r0 += SIMD_ROWS_MAX) {
                 size_t nr = J->n - r0 < SIMD_ROWS_MAX ? J->n - r0 : SIMD_ROWS_MAX;
-                simd_dot_half_rows(J->x + r0 * J->in, J->in, w, J->in, nr, J->bf16, d);
+                mm_dot_rows(J, J->x + r0 * J->in, w, nr, d);
                 for (size_t r = 0; r < nr; r++) {
                     float *y = J->y + (r0 + r) * J->out + o;
                     *y = J->beta != 0.0f ? *y * J->beta + d[r] : d[r];
@@ -186,17 +198,22 @@ static void mm_task(void *ctx, uint32_t i)
     float *conv = J->conv + (size_t)i * J->conv_stride; /* (FWD_CONV_COLS, in) */
     for (size_t cc = c0; cc < c0 + nc; cc += FWD_CONV_COLS) {
         size_t ncc = c0 + nc - cc < FWD_CONV_COLS ? c0 + nc - cc : FWD_CONV_COLS;
-        simd_half_to_f32(conv, J->Wh + cc * J->in, ncc * J->in, J->bf16);
+        const uint8_t *src = J->Wp + cc * J->row_bytes;
+        if (J->ptype == GGUF_DT_Q8_0)
+            simd_q8_to_f32(conv, src, ncc * J->in);
+        else
+            simd_half_to_f32(conv, (const uint16_t *)src, ncc * J->in,
+                             J->ptype == GGUF_DT_BF16);
         mm_sgemm(J, conv, cc, ncc);
     }
 }
 
 /* y (n, out) = x (n, in) @ W^T (+ beta * y), W (out, in) row-major, given as f32 (W) or
- * half precision (Wh; exactly one is non-NULL, model.h). The output columns are split
- * over the compute pool (OpenBLAS itself runs single-threaded: one pool of threads for
+ * packed rows (Wp; exactly one is non-NULL, model.h). The output columns are split over
+ * the compute pool (OpenBLAS itself runs single-threaded: one pool of threads for
  * everything, no BLAS threads spinning against ours). */
 static void matmul(const struct fwd *f, float *y, const float *x, const float *W,
-                   const uint16_t *Wh, size_t n, size_t in, size_t out, float beta)
+                   const uint8_t *Wp, size_t n, size_t in, size_t out, float beta)
 {
     size_t tasks = (size_t)f->tp->n_threads * FWD_MM_TASKS_PER_THREAD;
     size_t by_work = n * in * out / FWD_PAR_MIN_MACS; /* tiny products: fewer tasks */
@@ -206,8 +223,9 @@ static void matmul(const struct fwd *f, float *y, const float *x, const float *W
     struct mm_job job = {.y = y,
                          .x = x,
                          .W = W,
-                         .Wh = Wh,
-                         .bf16 = f->m->half_type == GGUF_DT_BF16,
+                         .Wp = Wp,
+                         .ptype = f->m->pack_type,
+                         .row_bytes = gguf_row_bytes(f->m->pack_type, in),
                          .dot = n <= FWD_F16_ROWS_MAX,
                          .conv = f->conv,
                          .conv_stride = f->conv_stride,
@@ -410,18 +428,18 @@ void fwd_run(struct fwd *f, const struct kv_view *kv, const struct fwd_seq *seqs
     for (uint32_t l = 0; l < m->n_layers; l++) {
         const struct model_layer *L = &m->layers[l];
         rmsnorm_rows(f->xb, f->x, L->attn_norm, n, dim, m->eps);
-        matmul(f, f->qkv, f->xb, L->wqkv, L->wqkv_h, n, dim, qkv_dim, 0.0f);
+        matmul(f, f->qkv, f->xb, L->wqkv, L->wqkv_p, n, dim, qkv_dim, 0.0f);
         fwd_attention(f, kv, seqs, l);
-        matmul(f, f->x, f->att, L->wo, L->wo_h, n, m->q_dim, dim, 1.0f);
+        matmul(f, f->x, f->att, L->wo, L->wo_p, n, m->q_dim, dim, 1.0f);
         rmsnorm_rows(f->xb, f->x, L->ffn_norm, n, dim, m->eps);
-        matmul(f, f->h13, f->xb, L->w13, L->w13_h, n, dim, 2 * ff, 0.0f);
+        matmul(f, f->h13, f->xb, L->w13, L->w13_p, n, dim, 2 * ff, 0.0f);
         for (size_t i = 0; i < n; i++) {
             const float *gate = f->h13 + i * 2 * ff, *up = gate + ff;
             float *h = f->hb + i * ff;
             for (size_t j = 0; j < ff; j++)
                 h[j] = gate[j] / (1.0f + expf(-gate[j])) * up[j];
         }
-        matmul(f, f->x, f->hb, L->w2, L->w2_h, n, ff, dim, 1.0f);
+        matmul(f, f->x, f->hb, L->w2, L->w2_p, n, ff, dim, 1.0f);
     }
     rmsnorm_rows(f->xb, f->x, m->out_norm, n, dim, m->eps);
 }
@@ -432,5 +450,5 @@ void fwd_logits(struct fwd *f, const uint32_t *rows, uint32_t n, float *out)
     for (uint32_t i = 0; i < n; i++)
         memcpy(f->x + (size_t)i * m->dim, f->xb + (size_t)rows[i] * m->dim,
                m->dim * sizeof(float));
-    matmul(f, out, f->x, m->output, m->output_h, n, m->dim, m->vocab, 0.0f);
+    matmul(f, out, f->x, m->output, m->output_p, n, m->dim, m->vocab, 0.0f);
 }

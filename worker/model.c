@@ -8,18 +8,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Is tensor `name` stored in the model's half_type (so its bits can be kept)? */
-static bool model_is_half(const struct gguf_file *g, const struct model *m, const char *name)
+/* Is tensor `name` stored in the model's pack_type (so its rows can be kept)? */
+static bool model_is_packed(const struct gguf_file *g, const struct model *m, const char *name)
 {
     const struct gguf_tensor *t = gguf_tensor_find(g, name);
-    return m->half_type != GGUF_DT_F32 && t && t->type == m->half_type;
+    return m->pack_type != GGUF_DT_F32 && t && t->type == m->pack_type;
 }
 
 /* Dequantizes tensor `name` (rows x cols, already shape-checked by gguf_llama_validate)
- * into dst (if not NULL), row by row; dst_h (non-NULL only for a half_type tensor) gets
+ * into dst (if not NULL), row by row; dst_p (non-NULL only for a pack_type tensor) gets
  * the raw bits. */
-static int model_copy_h(const struct gguf_file *g, const char *name, uint64_t rows,
-                        uint64_t cols, float *dst, uint16_t *dst_h)
+static int model_copy_p(const struct gguf_file *g, const char *name, uint64_t rows,
+                        uint64_t cols, float *dst, uint8_t *dst_p)
 {
     const struct gguf_tensor *t = gguf_tensor_find(g, name);
     if (!t || t->n_elems != rows * cols) {
@@ -33,8 +33,8 @@ static int model_copy_h(const struct gguf_file *g, const char *name, uint64_t ro
         return KVD_EMODEL;
     }
     const uint8_t *src = t->data;
-    if (dst_h)
-        memcpy(dst_h, src, rows * cols * sizeof(uint16_t));
+    if (dst_p)
+        memcpy(dst_p, src, rows * rb);
     for (uint64_t r = 0; dst && r < rows; r++) {
         int rc = gguf_dequant_row(t->type, src + r * rb, dst + r * cols, cols);
         if (rc < 0) {
@@ -49,7 +49,7 @@ static int model_copy_h(const struct gguf_file *g, const char *name, uint64_t ro
 static int model_copy(const struct gguf_file *g, const char *name, uint64_t rows, uint64_t cols,
                       float *dst)
 {
-    return model_copy_h(g, name, rows, cols, dst, NULL);
+    return model_copy_p(g, name, rows, cols, dst, NULL);
 }
 
 static int model_copy_layer(const struct gguf_file *g, struct model *m, uint32_t l)
@@ -57,30 +57,31 @@ static int model_copy_layer(const struct gguf_file *g, struct model *m, uint32_t
     struct model_layer *L = &m->layers[l];
     char n[GGUF_MAX_NAME_LEN];
     int rc;
-#define LAYER_TENSOR(suffix, rows, cols, dst, dst_h)                                           \
-    (snprintf(n, sizeof(n), "blk.%u." suffix, l), model_copy_h(g, n, rows, cols, dst, dst_h))
+#define LAYER_TENSOR(suffix, rows, cols, dst, dst_p)                                           \
+    (snprintf(n, sizeof(n), "blk.%u." suffix, l), model_copy_p(g, n, rows, cols, dst, dst_p))
 #define OFF(p, off) ((p) ? (p) + (off) : NULL)
     size_t d = m->dim, qd = m->q_dim, kvd = m->kv_dim, ff = m->ff;
+    size_t rb = gguf_row_bytes(m->pack_type, d); /* bytes of a packed row of `dim` inputs */
     if ((rc = LAYER_TENSOR("attn_norm.weight", 1, d, L->attn_norm, NULL)) < 0 ||
-        (rc = LAYER_TENSOR("attn_q.weight", qd, d, L->wqkv, L->wqkv_h)) < 0 ||
+        (rc = LAYER_TENSOR("attn_q.weight", qd, d, L->wqkv, L->wqkv_p)) < 0 ||
         (rc = LAYER_TENSOR("attn_k.weight", kvd, d, OFF(L->wqkv, qd * d),
-                           OFF(L->wqkv_h, qd * d))) < 0 ||
+                           OFF(L->wqkv_p, qd * rb))) < 0 ||
         (rc = LAYER_TENSOR("attn_v.weight", kvd, d, OFF(L->wqkv, (qd + kvd) * d),
-                           OFF(L->wqkv_h, (qd + kvd) * d))) < 0 ||
-        (rc = LAYER_TENSOR("attn_output.weight", d, qd, L->wo, L->wo_h)) < 0 ||
+                           OFF(L->wqkv_p, (qd + kvd) * rb))) < 0 ||
+        (rc = LAYER_TENSOR("attn_output.weight", d, qd, L->wo, L->wo_p)) < 0 ||
         (rc = LAYER_TENSOR("ffn_norm.weight", 1, d, L->ffn_norm, NULL)) < 0 ||
-        (rc = LAYER_TENSOR("ffn_gate.weight", ff, d, L->w13, L->w13_h)) < 0 ||
-        (rc = LAYER_TENSOR("ffn_up.weight", ff, d, OFF(L->w13, ff * d), OFF(L->w13_h, ff * d))) <
+        (rc = LAYER_TENSOR("ffn_gate.weight", ff, d, L->w13, L->w13_p)) < 0 ||
+        (rc = LAYER_TENSOR("ffn_up.weight", ff, d, OFF(L->w13, ff * d), OFF(L->w13_p, ff * rb))) <
             0 ||
-        (rc = LAYER_TENSOR("ffn_down.weight", d, ff, L->w2, L->w2_h)) < 0)
+        (rc = LAYER_TENSOR("ffn_down.weight", d, ff, L->w2, L->w2_p)) < 0)
         return rc;
 #undef OFF
 #undef LAYER_TENSOR
     return 0;
 }
 
-/* A matrix is kept in half precision when every tensor fused into it has the model's
- * half_type in the file, else in f32 (exactly one of the two is allocated). */
+/* A matrix is kept packed (the file's rows) when every tensor fused into it has the
+ * model's pack_type in the file, else in f32 (exactly one of the two is allocated). */
 static int model_alloc_layer(const struct gguf_file *g, struct model *m, uint32_t l,
                              struct model_layer *L)
 {
@@ -89,32 +90,32 @@ static int model_alloc_layer(const struct gguf_file *g, struct model *m, uint32_
     snprintf(a, sizeof(a), "blk.%u.attn_q.weight", l);
     snprintf(b, sizeof(b), "blk.%u.attn_k.weight", l);
     snprintf(c, sizeof(c), "blk.%u.attn_v.weight", l);
-    if (model_is_half(g, m, a) && model_is_half(g, m, b) && model_is_half(g, m, c) &&
-        !(L->wqkv_h = calloc((size_t)(m->q_dim + 2 * m->kv_dim) * d, sizeof(uint16_t))))
+    if (model_is_packed(g, m, a) && model_is_packed(g, m, b) && model_is_packed(g, m, c) &&
+        !(L->wqkv_p = calloc((size_t)(m->q_dim + 2 * m->kv_dim), gguf_row_bytes(m->pack_type, d))))
         return -ENOMEM;
     snprintf(a, sizeof(a), "blk.%u.attn_output.weight", l);
-    if (model_is_half(g, m, a) && !(L->wo_h = calloc(d * m->q_dim, sizeof(uint16_t))))
+    if (model_is_packed(g, m, a) && !(L->wo_p = calloc(d, gguf_row_bytes(m->pack_type, m->q_dim))))
         return -ENOMEM;
     snprintf(a, sizeof(a), "blk.%u.ffn_gate.weight", l);
     snprintf(b, sizeof(b), "blk.%u.ffn_up.weight", l);
-    if (model_is_half(g, m, a) && model_is_half(g, m, b) &&
-        !(L->w13_h = calloc(2 * (size_t)m->ff * d, sizeof(uint16_t))))
+    if (model_is_packed(g, m, a) && model_is_packed(g, m, b) &&
+        !(L->w13_p = calloc(2 * (size_t)m->ff, gguf_row_bytes(m->pack_type, d))))
         return -ENOMEM;
     snprintf(a, sizeof(a), "blk.%u.ffn_down.weight", l);
-    if (model_is_half(g, m, a) && !(L->w2_h = calloc(d * m->ff, sizeof(uint16_t))))
+    if (model_is_packed(g, m, a) && !(L->w2_p = calloc(d, gguf_row_bytes(m->pack_type, m->ff))))
         return -ENOMEM;
     L->attn_norm = calloc(d, sizeof(float));
     L->ffn_norm = calloc(d, sizeof(float));
-    if (!L->wqkv_h)
+    if (!L->wqkv_p)
         L->wqkv = calloc((size_t)(m->q_dim + 2 * m->kv_dim) * d, sizeof(float));
-    if (!L->wo_h)
+    if (!L->wo_p)
         L->wo = calloc(d * m->q_dim, sizeof(float));
-    if (!L->w13_h)
+    if (!L->w13_p)
         L->w13 = calloc(2 * (size_t)m->ff * d, sizeof(float));
-    if (!L->w2_h)
+    if (!L->w2_p)
         L->w2 = calloc(d * m->ff, sizeof(float));
-    return L->attn_norm && L->ffn_norm && (L->wqkv || L->wqkv_h) && (L->wo || L->wo_h) &&
-                   (L->w13 || L->w13_h) && (L->w2 || L->w2_h)
+    return L->attn_norm && L->ffn_norm && (L->wqkv || L->wqkv_p) && (L->wo || L->wo_p) &&
+                   (L->w13 || L->w13_p) && (L->w2 || L->w2_p)
                ? 0
                : -ENOMEM;
 }
@@ -155,23 +156,25 @@ int model_load(struct model *m, const char *path)
         goto out_nomem;
     gguf_llama_rope_inv_freq(&g, &m->hp, m->inv_freq);
     const struct gguf_tensor *q0 = gguf_tensor_find(&g, "blk.0.attn_q.weight");
-    m->half_type = q0 && (q0->type == GGUF_DT_F16 || q0->type == GGUF_DT_BF16) ? q0->type
-                                                                               : GGUF_DT_F32;
+    m->pack_type = q0 && (q0->type == GGUF_DT_F16 || q0->type == GGUF_DT_BF16 ||
+                          q0->type == GGUF_DT_Q8_0)
+                       ? q0->type
+                       : GGUF_DT_F32;
     const char *out_name = m->hp.tied_output ? "token_embd.weight" : "output.weight";
-    if (model_is_half(&g, m, out_name) &&
-        !(m->output_h = calloc((size_t)m->vocab * m->dim, sizeof(uint16_t))))
+    if (model_is_packed(&g, m, out_name) &&
+        !(m->output_p = calloc(m->vocab, gguf_row_bytes(m->pack_type, m->dim))))
         goto out_nomem;
-    /* f32 output only when there is no half copy (tied: token_embd's f32 rows, which the
+    /* f32 output only when there is no packed copy (tied: token_embd's f32 rows, which the
      * embedding lookup needs anyway) */
     if (m->hp.tied_output)
-        m->output = m->output_h ? NULL : m->tok_embd;
-    else if (!m->output_h && !(m->output = calloc((size_t)m->vocab * m->dim, sizeof(float))))
+        m->output = m->output_p ? NULL : m->tok_embd;
+    else if (!m->output_p && !(m->output = calloc((size_t)m->vocab * m->dim, sizeof(float))))
         goto out_nomem;
-    if ((rc = model_copy_h(&g, "token_embd.weight", m->vocab, m->dim, m->tok_embd,
-                           m->hp.tied_output ? m->output_h : NULL)) < 0 ||
+    if ((rc = model_copy_p(&g, "token_embd.weight", m->vocab, m->dim, m->tok_embd,
+                           m->hp.tied_output ? m->output_p : NULL)) < 0 ||
         (rc = model_copy(&g, "output_norm.weight", 1, m->dim, m->out_norm)) < 0 ||
         (!m->hp.tied_output &&
-         (rc = model_copy_h(&g, "output.weight", m->vocab, m->dim, m->output, m->output_h)) < 0))
+         (rc = model_copy_p(&g, "output.weight", m->vocab, m->dim, m->output, m->output_p)) < 0))
         goto out_release;
     for (uint32_t l = 0; l < m->n_layers; l++) {
         if (model_alloc_layer(&g, m, l, &m->layers[l]) < 0) {
@@ -202,15 +205,15 @@ void model_release(struct model *m)
         free(L->wo);
         free(L->w13);
         free(L->w2);
-        free(L->wqkv_h);
-        free(L->wo_h);
-        free(L->w13_h);
-        free(L->w2_h);
+        free(L->wqkv_p);
+        free(L->wo_p);
+        free(L->w13_p);
+        free(L->w2_p);
     }
-    free(m->output_h);
+    free(m->output_p);
     free(m->layers);
     if (m->output != m->tok_embd)
-        free(m->output); /* NULL when only a half copy exists */
+        free(m->output); /* NULL when only a packed copy exists */
     free(m->tok_embd);
     free(m->out_norm);
     free(m->inv_freq);

@@ -3,13 +3,14 @@
  * Loading opens the GGUF (common/gguf.h), checks hyper-parameters and every tensor
  * (gguf_llama_hparams + gguf_llama_validate: unsupported architectures and weight types
  * are refused by name there) and copies the weights out of the mapping:
- *  - matrices stored in half precision (F16 or BF16 = half_type, taken from
- *    blk.0.attn_q) stay in that format (*_h, exact, 2 bytes per parameter): up to
- *    FWD_F16_ROWS_MAX rows multiply with the worker's half-precision dot kernel (decode
- *    reads half the bytes of f32), more rows convert slices to f32 and use sgemm;
- *  - all other matrices (F32, Q8_0, mixed) are DEQUANTIZED to f32 once (4 bytes per
- *    parameter) and go through cblas_sgemm.
- * Exactly one of W / W_h is non-NULL per matrix. Token embeddings are always f32 (the
+ *  - matrices stored as F16, BF16 or Q8_0 (pack_type, taken from blk.0.attn_q) stay in
+ *    the file's format (*_p: 2, 2 or 1.06 bytes per parameter): up to FWD_F16_ROWS_MAX
+ *    rows multiply with the worker's dot kernels on those rows (decode reads 2-4x
+ *    fewer bytes than f32), more rows convert slices to f32 and use sgemm. The values
+ *    used are exactly the file's (f16/bf16 -> f32 is exact, Q8_0 d * q is exact in f32);
+ *  - all other matrices (F32, or a tensor whose type differs from pack_type) are
+ *    DEQUANTIZED to f32 once (4 bytes per parameter) and go through cblas_sgemm.
+ * Exactly one of W / W_p is non-NULL per matrix. Token embeddings are always f32 (the
  * lookup copies rows); output is token_embd when tied. Q/K/V are packed into one matrix
  * per layer and gate/up into another, so a layer is 4 matrix products.
  * Immutable after model_load; any thread may read it.
@@ -28,10 +29,11 @@ struct model_layer {
     float *ffn_norm;  /* (dim,) */
     float *w13;       /* (2 * ff, dim): rows of gate (w1), then up (w3) */
     float *w2;        /* (dim, ff) down */
-    uint16_t *wqkv_h; /* the same matrices in half_type when the file has them so, else NULL */
-    uint16_t *wo_h;
-    uint16_t *w13_h;
-    uint16_t *w2_h;
+    uint8_t *wqkv_p;  /* the same matrices as the file's pack_type rows when the file has
+                         them so (exactly one of W / W_p is non-NULL), else NULL */
+    uint8_t *wo_p;
+    uint8_t *w13_p;
+    uint8_t *w2_p;
 };
 
 struct model {
@@ -43,9 +45,9 @@ struct model {
     float *inv_freq;        /* (head_dim / 2,) rotary inverse frequencies, scaling applied */
     float *tok_embd;        /* (vocab, dim) */
     float *out_norm;        /* (dim,) */
-    float *output;          /* (vocab, dim); == tok_embd when tied; NULL when output_h */
-    uint16_t *output_h;     /* half_type copy of output when the file stores it so, or NULL */
-    uint32_t half_type;     /* GGUF_DT_F16 or GGUF_DT_BF16 (*_h format), or GGUF_DT_F32: none */
+    float *output;          /* (vocab, dim); == tok_embd when tied; NULL when output_p */
+    uint8_t *output_p;      /* output as pack_type rows when the file stores it so, or NULL */
+    uint32_t pack_type;     /* GGUF_DT_F16, _BF16 or _Q8_0 (format of *_p), or _F32: none */
     struct model_layer *layers; /* (n_layers,) */
     char path[256];
 };

@@ -164,6 +164,64 @@ static inline void simd_dot_half_rows(const float *x, size_t ldx, const uint16_t
 }
 #undef SIMD_HALF_ROWS_CASE
 
+/* Q8_0 block: f16 scale d, then 32 int8 q; value = d * q (exact in f32). */
+#define SIMD_Q8_BLOCK 32
+#define SIMD_Q8_BYTES 34
+static inline float simd_q8_scale(const uint8_t *blk)
+{
+    uint16_t h;
+    memcpy(&h, blk, sizeof(h));
+    return simd_f16_to_f32(h);
+}
+
+/* out[r] = dot(x + r * ldx, Q8_0 row w of n weights) for r < rows (<= SIMD_ROWS_MAX);
+ * n is a multiple of SIMD_Q8_BLOCK (checked at model load). */
+static inline __attribute__((always_inline)) void
+simd_dot_q8_rows_k(const float *x, size_t ldx, const uint8_t *w, size_t n, const size_t rows,
+                   float *out)
+{
+    __m512 acc[SIMD_ROWS_MAX];
+#pragma GCC unroll 8
+    for (size_t r = 0; r < rows; r++)
+        acc[r] = _mm512_setzero_ps();
+    for (size_t i = 0; i < n; i += SIMD_Q8_BLOCK, w += SIMD_Q8_BYTES) {
+        __m512 d = _mm512_set1_ps(simd_q8_scale(w));
+        __m512 w0 = _mm512_mul_ps(
+            d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(w + 2)))));
+        __m512 w1 = _mm512_mul_ps(
+            d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(w + 18)))));
+#pragma GCC unroll 8
+        for (size_t r = 0; r < rows; r++) {
+            acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(x + r * ldx + i), w0, acc[r]);
+            acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(x + r * ldx + i + 16), w1, acc[r]);
+        }
+    }
+#pragma GCC unroll 8
+    for (size_t r = 0; r < rows; r++)
+        out[r] = _mm512_reduce_add_ps(acc[r]);
+}
+
+#define SIMD_Q8_ROWS_CASE(R)                                                                   \
+    case R:                                                                                    \
+        simd_dot_q8_rows_k(x, ldx, w, n, R, out);                                              \
+        break
+static inline void simd_dot_q8_rows(const float *x, size_t ldx, const uint8_t *w, size_t n,
+                                    size_t rows, float *out)
+{
+    switch (rows) {
+        SIMD_Q8_ROWS_CASE(1);
+        SIMD_Q8_ROWS_CASE(2);
+        SIMD_Q8_ROWS_CASE(3);
+        SIMD_Q8_ROWS_CASE(4);
+        SIMD_Q8_ROWS_CASE(5);
+        SIMD_Q8_ROWS_CASE(6);
+        SIMD_Q8_ROWS_CASE(7);
+    default:
+        SIMD_Q8_ROWS_CASE(8);
+    }
+}
+#undef SIMD_Q8_ROWS_CASE
+
 /* y[i] = y[i] * c + w * x[i] */
 static inline void simd_scale_axpy_f32(float *y, float c, float w, const float *x, size_t n)
 {
@@ -281,6 +339,30 @@ static inline void simd_scale_axpy_f16(float *y, float c, float w, const uint16_
 
 #ifndef SIMD_ROWS_MAX
 #define SIMD_ROWS_MAX 8
+#define SIMD_Q8_BLOCK 32
+#define SIMD_Q8_BYTES 34
+static inline float simd_q8_scale(const uint8_t *blk)
+{
+    uint16_t h;
+    memcpy(&h, blk, sizeof(h));
+    return simd_f16_to_f32(h);
+}
+
+static inline void simd_dot_q8_rows(const float *x, size_t ldx, const uint8_t *w, size_t n,
+                                    size_t rows, float *out)
+{
+    for (size_t r = 0; r < rows; r++) {
+        const uint8_t *b = w;
+        float t = 0.0f;
+        for (size_t i = 0; i < n; i += SIMD_Q8_BLOCK, b += SIMD_Q8_BYTES) {
+            float d = simd_q8_scale(b);
+            for (size_t k = 0; k < SIMD_Q8_BLOCK; k++)
+                t += x[r * ldx + i + k] * (d * (float)(int8_t)b[2 + k]);
+        }
+        out[r] = t;
+    }
+}
+
 static inline void simd_dot_half_rows(const float *x, size_t ldx, const uint16_t *w, size_t n,
                                       size_t rows, bool bf16, float *out)
 {
@@ -311,6 +393,16 @@ static inline void simd_half_to_f32(float *dst, const uint16_t *src, size_t n, b
 #endif
     for (; i < n; i++)
         dst[i] = bf16 ? simd_bf16_to_f32(src[i]) : simd_f16_to_f32(src[i]);
+}
+
+/* dst[i] = Q8_0 weights src (n / SIMD_Q8_BLOCK blocks) as f32; exact. */
+static inline void simd_q8_to_f32(float *dst, const uint8_t *src, size_t n)
+{
+    for (size_t i = 0; i < n; i += SIMD_Q8_BLOCK, src += SIMD_Q8_BYTES) {
+        float d = simd_q8_scale(src);
+        for (size_t k = 0; k < SIMD_Q8_BLOCK; k++)
+            dst[i + k] = d * (float)(int8_t)src[2 + k];
+    }
 }
 
 /* Sum of squares, used by RMSNorm (portable: the compiler vectorises it). */

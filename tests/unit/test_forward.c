@@ -210,13 +210,16 @@ START_TEST(test_batch_invariance)
 }
 END_TEST
 
-/* F16 weights: a lone decode row multiplies with the f16 kernel, a 62-row batch with
- * f32 sgemm; the weights are the same numbers, so only summation order differs. */
-START_TEST(test_batch_invariance_f16_weights)
+/* Packed weights (F16, BF16, Q8_0): a lone decode row multiplies with the dot kernels on
+ * the file's rows, a 62-row batch converts them to f32 for sgemm; the weights are the
+ * same numbers, so only summation order differs. */
+START_TEST(test_batch_invariance_packed_weights)
 {
-    char path[256];
-    h_mkmodel(path, sizeof(path), "--dim 128 --layers 2 --heads 4 --kv-heads 2 --ffn 256 "
-                                  "--vocab 300 --dtype f16 --seed 9");
+    static const char *const dtypes[] = {"f16", "bf16", "q8_0"};
+    char path[256], flags[256];
+    snprintf(flags, sizeof(flags), "--dim 128 --layers 2 --heads 4 --kv-heads 2 --ffn 256 "
+                                   "--vocab 300 --dtype %s --seed 9", dtypes[_i]);
+    h_mkmodel(path, sizeof(path), flags);
     batch_invariance(path);
     unlink(path);
 }
@@ -471,7 +474,7 @@ static Suite *forward_suite(void)
     tcase_add_test(tc, test_rope_scaling_linear);
     tcase_add_loop_test(tc, test_mkmodel_shapes_f32, 0, sizeof(shapes) / sizeof(shapes[0]));
     tcase_add_test(tc, test_batch_invariance);
-    tcase_add_test(tc, test_batch_invariance_f16_weights);
+    tcase_add_loop_test(tc, test_batch_invariance_packed_weights, 0, 3);
     tcase_add_test(tc, test_scrambled_pages);
     tcase_add_test(tc, test_contiguous_view);
     tcase_add_test(tc, test_check_rejects);
