@@ -226,7 +226,7 @@ static void matmul(const struct fwd *f, float *y, const float *x, const float *W
                          .Wp = Wp,
                          .ptype = f->m->pack_type,
                          .row_bytes = gguf_row_bytes(f->m->pack_type, in),
-                         .dot = n <= FWD_F16_ROWS_MAX,
+                         .dot = n <= FWD_DOT_ROWS_MAX,
                          .conv = f->conv,
                          .conv_stride = f->conv_stride,
                          .n = n,

@@ -9,8 +9,9 @@
  * projection -> RMSNorm -> SwiGLU FFN. Residual adds are sgemm's beta = 1.
  *
  * Matrix products: per slice of output columns, slices spread over the compute pool:
- * cblas_sgemm on f32 weights; on half-precision weights (model.h) a dot kernel for up
- * to FWD_F16_ROWS_MAX rows, else FWD_CONV_COLS-row slices converted to f32 + sgemm. The
+ * cblas_sgemm on f32 weights; on packed weights (F16/BF16/Q8_0 rows, model.h) dot
+ * kernels for up to FWD_DOT_ROWS_MAX rows, else FWD_CONV_COLS-row slices converted to
+ * f32 + sgemm. The
  * caller sets OpenBLAS to one thread (openblas_set_num_threads(1)).
  * Scratch is allocated once by fwd_init for max_tokens rows; fwd_run never allocates,
  * logs or fails: fwd_check() validates a batch first (the caller must call it).
@@ -35,9 +36,10 @@
 #define FWD_CONV_COLS 256          /* half-precision weight rows converted per sgemm */
 #define FWD_PAR_MIN_MACS (1u << 16) /* multiply-adds below which a task is not worth a
                                        thread hand-off (~10 us of work) */
-#define FWD_F16_ROWS_MAX 16       /* up to this many rows multiply with f16/bf16 weights (in
-                                     groups of SIMD_ROWS_MAX); measured on AVX-512: 2-3x
-                                     faster than f32 sgemm up to 16 rows, even at 32 */
+#define FWD_DOT_ROWS_MAX 16       /* up to this many rows use the packed-weight dot kernels
+                                     (in groups of SIMD_ROWS_MAX); measured on AVX-512 with
+                                     f16: 2-7x faster than f32 sgemm up to 8 rows, even
+                                     at 32 (then sgemm on converted slices) */
 
 struct fwd_seq {
     const uint32_t *tokens;  /* (n_tokens,) new token ids, each < vocab */

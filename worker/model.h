@@ -4,7 +4,7 @@
  * (gguf_llama_hparams + gguf_llama_validate: unsupported architectures and weight types
  * are refused by name there) and copies the weights out of the mapping:
  *  - matrices stored as F16, BF16 or Q8_0 (pack_type, taken from blk.0.attn_q) stay in
- *    the file's format (*_p: 2, 2 or 1.06 bytes per parameter): up to FWD_F16_ROWS_MAX
+ *    the file's format (*_p: 2, 2 or 1.06 bytes per parameter): up to FWD_DOT_ROWS_MAX
  *    rows multiply with the worker's dot kernels on those rows (decode reads 2-4x
  *    fewer bytes than f32), more rows convert slices to f32 and use sgemm. The values
  *    used are exactly the file's (f16/bf16 -> f32 is exact, Q8_0 d * q is exact in f32);
