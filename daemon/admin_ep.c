@@ -28,7 +28,7 @@ struct admin_job {
     struct kvd *d;
     enum admin_req req;
     struct broker_stats st;
-    uint8_t *state;      /* per page: enum admin_page (NULL if not dumped) */
+    uint8_t *state; /* per page: enum admin_page (NULL if not dumped) */
     uint32_t n_pages;
     uint32_t dumped;
     uint64_t evicted;
@@ -132,11 +132,15 @@ static void reply_seqs(struct admin_job *j, struct wbuf *w)
         struct admin_seq *q = &s.seqs[s.n++];
         q->id = r->seq.id;
         switch (r->seq.state) {
-        case SCHED_PREEMPTED: q->state = ADMIN_SEQ_PREEMPTED; break;
+        case SCHED_PREEMPTED:
+            q->state = ADMIN_SEQ_PREEMPTED;
+            break;
         case SCHED_RUNNING:
             q->state = r->seq.n_computed < r->n_prompt ? ADMIN_SEQ_PREFILL : ADMIN_SEQ_DECODE;
             break;
-        default: q->state = ADMIN_SEQ_QUEUED; break;
+        default:
+            q->state = ADMIN_SEQ_QUEUED;
+            break;
         }
         q->tokens = r->seq.n_tokens;
         q->pages = r->seq.n_pages;
@@ -151,10 +155,11 @@ static void reply_workers(struct kvd *d, struct wbuf *w)
 {
     struct admin_worker ws[ADMIN_MAX_WORKERS];
     struct admin_workers a = {.workers = ws, .n = 0};
-    static const enum admin_worker_state map[] = {
-        [KW_STARTING] = ADMIN_WORKER_STARTING, [KW_IDLE] = ADMIN_WORKER_IDLE,
-        [KW_BUSY] = ADMIN_WORKER_BUSY, [KW_RESTARTING] = ADMIN_WORKER_RESTARTING,
-        [KW_STOPPED] = ADMIN_WORKER_STOPPED};
+    static const enum admin_worker_state map[] = {[KW_STARTING] = ADMIN_WORKER_STARTING,
+                                                  [KW_IDLE] = ADMIN_WORKER_IDLE,
+                                                  [KW_BUSY] = ADMIN_WORKER_BUSY,
+                                                  [KW_RESTARTING] = ADMIN_WORKER_RESTARTING,
+                                                  [KW_STOPPED] = ADMIN_WORKER_STOPPED};
     for (uint32_t i = 0; i < d->n_workers && a.n < ADMIN_MAX_WORKERS; i++) {
         const struct kvd_worker *k = &d->workers[i];
         struct admin_worker *x = &ws[a.n++];
@@ -220,9 +225,15 @@ static void job_reply(struct admin_job *j)
     struct wbuf w;
     wbuf_init(&w);
     switch (j->req) {
-    case ADMIN_REQ_POOL: reply_pool(j, &w); break;
-    case ADMIN_REQ_SEQS: reply_seqs(j, &w); break;
-    case ADMIN_REQ_PREFIX: reply_prefix(j, &w); break;
+    case ADMIN_REQ_POOL:
+        reply_pool(j, &w);
+        break;
+    case ADMIN_REQ_SEQS:
+        reply_seqs(j, &w);
+        break;
+    case ADMIN_REQ_PREFIX:
+        reply_prefix(j, &w);
+        break;
     case ADMIN_REQ_MAP: {
         struct admin_map m = {.pages_total = j->n_pages, .pages = j->state};
         if (j->state)
@@ -236,7 +247,9 @@ static void job_reply(struct admin_job *j)
         admin_evict_encode(&e, &w);
         break;
     }
-    default: reply_workers(j->d, &w); break;
+    default:
+        reply_workers(j->d, &w);
+        break;
     }
     admin_send(j->d, &w);
     wbuf_release(&w);
@@ -272,8 +285,8 @@ static void dump_cb(struct bcli *b, int status, const struct wmsg *m, void *arg)
             continue;
         j->state[pg->page] = pg->state == BROKER_PAGE_CACHED ? ADMIN_PAGE_CACHED
                              : pg->state == BROKER_PAGE_FREE ? ADMIN_PAGE_FREE
-                             : pg->refcnt >= 2              ? ADMIN_PAGE_SHARED
-                                                            : ADMIN_PAGE_USED;
+                             : pg->refcnt >= 2               ? ADMIN_PAGE_SHARED
+                                                             : ADMIN_PAGE_USED;
     }
     j->dumped = dp.n ? dp.start + (uint32_t)dp.n : j->n_pages;
     broker_dump_release(&dp);
@@ -332,6 +345,7 @@ static void evict_cb(struct bcli *b, int status, const struct wmsg *m, void *arg
         return;
     }
     log_info("evicted %llu cached pages on admin request", (unsigned long long)j->evicted);
+    prefixhint_clear(&j->d->hints);
     job_reply(j);
 }
 

@@ -187,8 +187,8 @@ static void bcli_attach_done(struct bcli *b, int status, const struct wmsg *m, v
     ctx.cb(b, status, m, ctx.arg);
 }
 
-int bcli_attach(struct bcli *b, const char *client, const struct pool_desc *expect,
-                bcli_cb cb, void *arg)
+int bcli_attach(struct bcli *b, const char *client, const struct pool_desc *expect, bcli_cb cb,
+                void *arg)
 {
     struct attach_ctx *ctx = malloc(sizeof(*ctx));
     if (!ctx)

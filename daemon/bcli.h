@@ -35,7 +35,7 @@ struct bcli_req {
 };
 
 struct bcli {
-    void *data;                 /* owner */
+    void *data; /* owner */
     uv_loop_t *loop;
     struct nnuv nn;
     uv_timer_t reply_timer;
@@ -43,9 +43,9 @@ struct bcli {
     struct bcli_req *head, *tail; /* head is in flight when in_flight */
     size_t queued;
     bool in_flight, closing, nn_open;
-    uint64_t lease;             /* 0 until attached */
+    uint64_t lease; /* 0 until attached */
     uint32_t lease_timeout_ms;
-    struct pool_desc pool;      /* from the attach reply */
+    struct pool_desc pool; /* from the attach reply */
     uint64_t requests, failures;
     int open_handles;
     void (*close_cb)(struct bcli *b);
@@ -62,8 +62,8 @@ int bcli_call(struct bcli *b, struct wbuf *w, bcli_cb cb, void *arg);
 
 /* Attaches with expect (NULL: no check); on success b->lease / b->pool are set and the
  * heartbeat runs before cb(status 0). cb gets the broker's error code otherwise. */
-int bcli_attach(struct bcli *b, const char *client, const struct pool_desc *expect,
-                bcli_cb cb, void *arg);
+int bcli_attach(struct bcli *b, const char *client, const struct pool_desc *expect, bcli_cb cb,
+                void *arg);
 
 /* Fails every queued request with KVD_ESHUTDOWN, closes. close_cb may be NULL. */
 void bcli_close(struct bcli *b, void (*close_cb)(struct bcli *b));

@@ -81,9 +81,8 @@ void blockhash_next(const struct blockhash_id *id, const struct blockhash *paren
     to_canonical(XXH3_128bits_digest(&st), out);
 }
 
-size_t blockhash_chain(const struct blockhash_id *id, const uint32_t *tokens, size_t n,
-                       size_t from, const struct blockhash *parent, struct blockhash *out,
-                       size_t max_out)
+size_t blockhash_chain(const struct blockhash_id *id, const uint32_t *tokens, size_t n, size_t from,
+                       const struct blockhash *parent, struct blockhash *out, size_t max_out)
 {
     size_t full = n / id->block_size, k = 0;
     struct blockhash prev;

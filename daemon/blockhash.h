@@ -38,9 +38,8 @@ void blockhash_next(const struct blockhash_id *id, const struct blockhash *paren
 
 /* Hashes of the full blocks of tokens[0..n), starting at block `from` whose parent is
  * parent (NULL when from == 0). Writes at most max_out hashes; returns how many. */
-size_t blockhash_chain(const struct blockhash_id *id, const uint32_t *tokens, size_t n,
-                       size_t from, const struct blockhash *parent, struct blockhash *out,
-                       size_t max_out);
+size_t blockhash_chain(const struct blockhash_id *id, const uint32_t *tokens, size_t n, size_t from,
+                       const struct blockhash *parent, struct blockhash *out, size_t max_out);
 
 bool blockhash_eq(const struct blockhash *a, const struct blockhash *b);
 /* 32 lowercase hex digits + NUL. */

@@ -95,8 +95,7 @@ static void broker_exit_cb(uv_process_t *p, int64_t status, int sig)
     struct kvd *d = p->data;
     uv_close((uv_handle_t *)p, broker_proc_closed);
     if (d->broker_ready_ctx) {
-        log_err("kvd-broker exited before ready (status %lld, signal %d)", (long long)status,
-                sig);
+        log_err("kvd-broker exited before ready (status %lld, signal %d)", (long long)status, sig);
         spawn_report(d->broker_ready_ctx, KVD_EPEER);
         return;
     }
@@ -150,8 +149,8 @@ int broker_spawn(struct kvd *d, void (*ready_cb)(struct kvd *d, int status))
         {.flags = UV_INHERIT_FD, .data.fd = 1},
         {.flags = UV_INHERIT_FD, .data.fd = 2},
         {.flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE, .data.stream = (uv_stream_t *)&c->pipe}};
-    uv_process_options_t o = {.exit_cb = broker_exit_cb, .file = bin, .args = args,
-                              .stdio_count = 4, .stdio = stdio};
+    uv_process_options_t o = {
+        .exit_cb = broker_exit_cb, .file = bin, .args = args, .stdio_count = 4, .stdio = stdio};
     d->broker_proc.data = d;
     int rc = uv_spawn(d->loop, &d->broker_proc, &o);
     if (rc < 0) {

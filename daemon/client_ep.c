@@ -38,8 +38,7 @@ void session_send(struct kvd_session *s, struct wbuf *w)
         return;
     int rc = nnuv_send(&s->nn, w->sb.data, w->sb.size);
     if (rc < 0)
-        log_warn("cannot send to session %llu: %s", (unsigned long long)s->id,
-                 kvd_strerror(rc));
+        log_warn("cannot send to session %llu: %s", (unsigned long long)s->id, kvd_strerror(rc));
 }
 
 static void session_closed(struct nnuv *n)

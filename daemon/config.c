@@ -11,8 +11,16 @@
 #include <string.h>
 #include <unistd.h>
 
-enum opt_kind { OPT_STR, OPT_U32, OPT_SIZE, OPT_DTYPE, OPT_ALLOC, OPT_ONOFF, OPT_LEVEL,
-                OPT_BACKEND };
+enum opt_kind {
+    OPT_STR,
+    OPT_U32,
+    OPT_SIZE,
+    OPT_DTYPE,
+    OPT_ALLOC,
+    OPT_ONOFF,
+    OPT_LEVEL,
+    OPT_BACKEND
+};
 
 struct opt {
     const char *name;
@@ -91,11 +99,25 @@ int config_parse_size(const char *s, uint64_t *out)
         return -ERANGE;
     unsigned shift = 0;
     switch (*end) {
-    case '\0': break;
-    case 'k': case 'K': shift = 10; end++; break;
-    case 'm': case 'M': shift = 20; end++; break;
-    case 'g': case 'G': shift = 30; end++; break;
-    default: return -EINVAL;
+    case '\0':
+        break;
+    case 'k':
+    case 'K':
+        shift = 10;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        shift = 20;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        shift = 30;
+        end++;
+        break;
+    default:
+        return -EINVAL;
     }
     if (*end == 'i' || *end == 'B') /* accept "16MiB", "16MB" spelled out */
         end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
@@ -115,8 +137,7 @@ static const struct opt *opt_find(const char *name)
     return NULL;
 }
 
-int config_set(struct kvd_config *c, const char *key, const char *value,
-               char err[CONFIG_ERR_LEN])
+int config_set(struct kvd_config *c, const char *key, const char *value, char err[CONFIG_ERR_LEN])
 {
     const struct opt *o = opt_find(key);
     if (!o)
@@ -126,8 +147,8 @@ int config_set(struct kvd_config *c, const char *key, const char *value,
     switch (o->kind) {
     case OPT_STR:
         if (strlen(value) >= o->cap)
-            return cfg_fail(err, CONFIG_EBAD, "value of '%s' is too long (max %zu bytes)",
-                            key, o->cap - 1);
+            return cfg_fail(err, CONFIG_EBAD, "value of '%s' is too long (max %zu bytes)", key,
+                            o->cap - 1);
         memcpy(field, value, strlen(value) + 1);
         return 0;
     case OPT_BACKEND:
@@ -142,11 +163,10 @@ int config_set(struct kvd_config *c, const char *key, const char *value,
     case OPT_U32:
     case OPT_SIZE:
         if (config_parse_size(value, &v) < 0 || (o->kind == OPT_U32 && v > UINT32_MAX))
-            return cfg_fail(err, CONFIG_EBAD, "bad value '%s' for '%s': not a %s", value,
-                            key, o->kind == OPT_SIZE ? "size" : "number");
+            return cfg_fail(err, CONFIG_EBAD, "bad value '%s' for '%s': not a %s", value, key,
+                            o->kind == OPT_SIZE ? "size" : "number");
         if (v < o->min || v > o->max)
-            return cfg_fail(err, CONFIG_EBAD,
-                            "value %llu for '%s' is out of range [%llu, %llu]",
+            return cfg_fail(err, CONFIG_EBAD, "value %llu for '%s' is out of range [%llu, %llu]",
                             (unsigned long long)v, key, (unsigned long long)o->min,
                             (unsigned long long)o->max);
         if (o->kind == OPT_U32)
@@ -167,8 +187,7 @@ int config_set(struct kvd_config *c, const char *key, const char *value,
         else if (strcmp(value, "naive") == 0)
             c->alloc = CONFIG_ALLOC_NAIVE;
         else
-            return cfg_fail(err, CONFIG_EBAD, "bad value '%s' for 'alloc': paged or naive",
-                            value);
+            return cfg_fail(err, CONFIG_EBAD, "bad value '%s' for 'alloc': paged or naive", value);
         return 0;
     case OPT_ONOFF:
         if (strcmp(value, "on") == 0 || strcmp(value, "true") == 0 || strcmp(value, "1") == 0)
@@ -177,14 +196,13 @@ int config_set(struct kvd_config *c, const char *key, const char *value,
                  strcmp(value, "0") == 0)
             *(bool *)(void *)field = false;
         else
-            return cfg_fail(err, CONFIG_EBAD, "bad value '%s' for '%s': on or off", value,
-                            key);
+            return cfg_fail(err, CONFIG_EBAD, "bad value '%s' for '%s': on or off", value, key);
         return 0;
     case OPT_LEVEL: {
         enum log_level l;
         if (log_level_parse(value, &l) < 0)
-            return cfg_fail(err, CONFIG_EBAD,
-                            "bad log level '%s': error, warn, info or debug", value);
+            return cfg_fail(err, CONFIG_EBAD, "bad log level '%s': error, warn, info or debug",
+                            value);
         c->log_level = l;
         return 0;
     }
@@ -233,8 +251,8 @@ static int config_read_file(struct kvd_config *c, const char *path, char err[CON
         *eq = '\0';
         char *key = trim(s), *val = trim(eq + 1);
         if (strcmp(key, "config") == 0) {
-            rc = cfg_fail(err, CONFIG_EBAD, "%s:%d: 'config' cannot be set in a file", path,
-                          lineno);
+            rc =
+                cfg_fail(err, CONFIG_EBAD, "%s:%d: 'config' cannot be set in a file", path, lineno);
             break;
         }
         char e2[CONFIG_ERR_LEN];
@@ -336,8 +354,7 @@ const char *config_usage(void)
     return "usage: kvd [FLAGS]\n"
            "Serves LLM text generation; the KV cache lives in pages owned by kvd-broker.\n"
            "Every flag can also be set in the config file as `name = value`; flags win.\n"
-           "  --config FILE           config file (default " CONFIG_DEFAULT_FILE
-           " if it exists)\n"
+           "  --config FILE           config file (default " CONFIG_DEFAULT_FILE " if it exists)\n"
            "  --model FILE            GGUF model (default: the bundled stories260K.gguf)\n"
            "  --runtime-dir DIR       sockets directory ($KVD_RUNTIME_DIR, $XDG_RUNTIME_DIR/kvd,\n"
            "                          /tmp/kvd-$UID)\n"

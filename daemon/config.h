@@ -17,16 +17,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CONFIG_PATH_MAX 1024             /* bytes of a file path setting */
+#define CONFIG_PATH_MAX 1024 /* bytes of a file path setting */
 #define CONFIG_DEFAULT_FILE "/etc/kvd/kvd.conf"
-#define CONFIG_LINE_MAX 2048             /* bytes of one config-file line */
-#define CONFIG_WORKERS_MAX 64            /* worker processes */
-#define CONFIG_THREADS_MAX 256           /* threads per worker */
+#define CONFIG_LINE_MAX 2048                /* bytes of one config-file line */
+#define CONFIG_WORKERS_MAX 64               /* worker processes */
+#define CONFIG_THREADS_MAX 256              /* threads per worker */
 #define CONFIG_MAX_MODEL_LEN_MAX (1u << 20) /* tokens; also bounds one sequence's memory */
-#define CONFIG_MAX_RUNNING_MAX 4096      /* concurrently running sequences */
-#define CONFIG_MAX_QUEUE_MAX (1u << 20)  /* waiting requests */
-#define CONFIG_GRACE_MS_MAX 600000       /* shutdown grace period cap */
-#define CONFIG_ERR_LEN 256               /* bytes of the one-line error message */
+#define CONFIG_MAX_RUNNING_MAX 4096         /* concurrently running sequences */
+#define CONFIG_MAX_QUEUE_MAX (1u << 20)     /* waiting requests */
+#define CONFIG_GRACE_MS_MAX 600000          /* shutdown grace period cap */
+#define CONFIG_ERR_LEN 256                  /* bytes of the one-line error message */
 
 /* Defaults (the embedded configuration `kvd` runs with no arguments). */
 #define CONFIG_DEF_WORKERS 1
@@ -68,10 +68,10 @@ struct kvd_config {
 /* Result of config_load. */
 enum config_status {
     CONFIG_OK = 0,
-    CONFIG_HELP = 1,       /* --help given: print config_usage(), exit 0 */
-    CONFIG_VERSION = 2,    /* --version given */
-    CONFIG_EUSAGE = -64,   /* unknown flag or flag without its value: exit 64 */
-    CONFIG_EBAD = -78,     /* bad value or unreadable/bad config file: exit 78 */
+    CONFIG_HELP = 1,     /* --help given: print config_usage(), exit 0 */
+    CONFIG_VERSION = 2,  /* --version given */
+    CONFIG_EUSAGE = -64, /* unknown flag or flag without its value: exit 64 */
+    CONFIG_EBAD = -78,   /* bad value or unreadable/bad config file: exit 78 */
 };
 
 void config_defaults(struct kvd_config *c);
@@ -84,8 +84,7 @@ enum config_status config_load(struct kvd_config *c, int argc, char *const argv[
 
 /* Applies one setting by name (flag name without "--"). 0, CONFIG_EUSAGE (unknown key)
  * or CONFIG_EBAD (bad value); c unchanged on failure. */
-int config_set(struct kvd_config *c, const char *key, const char *value,
-               char err[CONFIG_ERR_LEN]);
+int config_set(struct kvd_config *c, const char *key, const char *value, char err[CONFIG_ERR_LEN]);
 
 /* Parses "123", "64K", "16M", "2G" (binary multiples). 0 or -EINVAL / -ERANGE. */
 int config_parse_size(const char *s, uint64_t *out);

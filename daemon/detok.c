@@ -7,8 +7,7 @@
 
 #define DETOK_INITIAL_CAP 256 /* bytes; grows by doubling */
 
-int detok_init(struct detok *d, const struct tok *tok, const char *const *stop,
-               uint32_t n_stop)
+int detok_init(struct detok *d, const struct tok *tok, const char *const *stop, uint32_t n_stop)
 {
     if (n_stop > DETOK_STOP_MAX)
         return -EINVAL;

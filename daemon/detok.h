@@ -17,23 +17,22 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DETOK_STOP_MAX 8          /* stop strings (== CLIENT_MAX_STOP) */
-#define DETOK_STOP_BYTES_MAX 128  /* bytes of one stop string */
+#define DETOK_STOP_MAX 8         /* stop strings (== CLIENT_MAX_STOP) */
+#define DETOK_STOP_BYTES_MAX 128 /* bytes of one stop string */
 
 struct detok {
     const struct tok *tok;
     char *text;
     size_t len, cap;
-    size_t emitted;        /* bytes already handed out */
-    bool stopped;          /* a stop string matched */
+    size_t emitted; /* bytes already handed out */
+    bool stopped;   /* a stop string matched */
     uint32_t n_stop;
     char stop[DETOK_STOP_MAX][DETOK_STOP_BYTES_MAX + 1];
     size_t stop_len[DETOK_STOP_MAX];
 };
 
 /* 0, or -EINVAL (too many / too long / empty stop strings). */
-int detok_init(struct detok *d, const struct tok *tok, const char *const *stop,
-               uint32_t n_stop);
+int detok_init(struct detok *d, const struct tok *tok, const char *const *stop, uint32_t n_stop);
 void detok_release(struct detok *d);
 
 /* Appends the piece of token id. Returns 0, -ENOMEM, or -EINVAL (id out of range).

@@ -96,6 +96,30 @@ static void cycle_end(struct kvd *d, bool had_work)
         d->eng = ENG_IDLE;
 }
 
+static void req_hash_upto(struct kvd *d, struct kvd_req *r, uint32_t upto);
+
+/* Cache-aware admission: how many leading prompt blocks of the first waiting requests
+ * kvd believes cached (the broker's lookup decides the real hits). */
+static void refresh_prefix_hints(struct kvd *d)
+{
+    if (!d->sched.lim.cache_aware || d->sched.n_queued > SCHED_REORDER_QUEUE_MAX)
+        return;
+    uint32_t i = 0;
+    for (struct sched_seq *q = d->sched.q_head; q && i < SCHED_REORDER_WINDOW; q = q->next, i++) {
+        struct kvd_req *r = q->owner;
+        uint32_t n = (q->n_tokens - 1) / d->cfg.block_size;
+        if (!r->use_prefix || n == 0) {
+            q->prefix_hint = 0;
+            continue;
+        }
+        if (n > BROKER_LOOKUP_MAX)
+            n = BROKER_LOOKUP_MAX;
+        req_hash_upto(d, r, n);
+        q->prefix_hint =
+            prefixhint_leading(&d->hints, r->hashes, n < r->n_hashes ? n : r->n_hashes);
+    }
+}
+
 static void stats_cb(struct bcli *b, int status, const struct wmsg *m, void *arg)
 {
     struct kvd *d = b->data;
@@ -111,6 +135,7 @@ static void stats_cb(struct bcli *b, int status, const struct wmsg *m, void *arg
     }
     d->bstats_valid = true;
     uint32_t avail = d->bstats.pages_free + d->bstats.pages_cached;
+    refresh_prefix_hints(d);
     struct sched_plan *p = sched_plan(&d->sched, avail);
     for (uint32_t i = 0; i < p->n_preempted; i++) {
         struct kvd_req *r = p->preempted[i]->owner;
@@ -214,8 +239,7 @@ static void req_hash_upto(struct kvd *d, struct kvd_req *r, uint32_t upto)
         return;
     const struct blockhash *parent = r->n_hashes ? &r->hashes[r->n_hashes - 1] : NULL;
     size_t got = blockhash_chain(&r->hid, r->seq.tokens, (size_t)upto * d->cfg.block_size,
-                                 r->n_hashes, parent, r->hashes + r->n_hashes,
-                                 upto - r->n_hashes);
+                                 r->n_hashes, parent, r->hashes + r->n_hashes, upto - r->n_hashes);
     r->n_hashes += (uint32_t)got;
 }
 
@@ -252,8 +276,8 @@ static int send_alloc(struct kvd *d, struct sched_entry *e)
     uint32_t n = e->need_pages - r->seq.n_pages;
     struct wbuf w;
     wbuf_init(&w);
-    int rc = n > BROKER_ALLOC_MAX ? -EINVAL
-                                  : broker_req_alloc_encode(&w, d->bc.lease, r->seq.id, n);
+    int rc =
+        n > BROKER_ALLOC_MAX ? -EINVAL : broker_req_alloc_encode(&w, d->bc.lease, r->seq.id, n);
     if (rc == 0)
         rc = bcli_call(&d->bc, &w, alloc_cb, e);
     if (rc < 0) {
@@ -437,6 +461,8 @@ static void commit_full_blocks(struct kvd *d, struct kvd_req *r)
         return;
     req_hash_upto(d, r, full);
     uint32_t from = r->seq.n_committed;
+    for (uint32_t b = from; b < full; b++)
+        prefixhint_add(&d->hints, &r->hashes[b]);
     struct wbuf w;
     wbuf_init(&w);
     int rc = broker_req_commit_encode(&w, d->bc.lease, r->seq.id, from,
@@ -501,8 +527,8 @@ void engine_on_result(struct kvd *d, struct kvd_worker *w, const struct wmsg *m)
         const char *msg;
         size_t ml;
         int code = wmsg_error(m, &msg, &ml);
-        log_err("worker %u failed step %llu: %s: %.*s", w->index,
-                (unsigned long long)sl->step_id, kvd_errname(code), (int)ml, msg);
+        log_err("worker %u failed step %llu: %s: %.*s", w->index, (unsigned long long)sl->step_id,
+                kvd_errname(code), (int)ml, msg);
         slot_fail(d, sl, KVD_EINTERNAL);
     } else {
         struct step_result res;

@@ -24,6 +24,7 @@
 #include "daemon/config.h"
 #include "daemon/detok.h"
 #include "daemon/nnuv.h"
+#include "daemon/prefixhint.h"
 #include "daemon/sched.h"
 #include "proto/broker_msg.h"
 #include "proto/client_msg.h"
@@ -34,17 +35,17 @@
 #include <sys/types.h>
 #include <uv.h>
 
-#define KVD_SESSIONS_MAX 1024          /* concurrent client sessions */
-#define KVD_SWEEP_INTERVAL_MS 100      /* timeouts / cancellations are checked this often */
-#define KVD_ENGINE_RETRY_MS 20         /* retry when the queue waits for pages */
-#define KVD_WORKER_BACKOFF_MIN_MS 100  /* first restart delay of a crashed worker */
-#define KVD_WORKER_BACKOFF_MAX_MS 5000 /* cap on a crashing worker's restart delay */
-#define KVD_WORKER_STABLE_MS 10000     /* alive this long: back-off resets */
+#define KVD_SESSIONS_MAX 1024             /* concurrent client sessions */
+#define KVD_SWEEP_INTERVAL_MS 100         /* timeouts / cancellations are checked this often */
+#define KVD_ENGINE_RETRY_MS 20            /* retry when the queue waits for pages */
+#define KVD_WORKER_BACKOFF_MIN_MS 100     /* first restart delay of a crashed worker */
+#define KVD_WORKER_BACKOFF_MAX_MS 5000    /* cap on a crashing worker's restart delay */
+#define KVD_WORKER_STABLE_MS 10000        /* alive this long: back-off resets */
 #define KVD_BROKER_READY_TIMEOUT_MS 30000 /* spawned broker must say "ready" by then */
-#define KVD_STOP_TIMEOUT_MS 5000       /* children get SIGTERM, then SIGKILL after this */
-#define KVD_BROKER_BACKOFF_MIN_MS 200  /* first restart delay of a dead spawned broker */
-#define KVD_BROKER_BACKOFF_MAX_MS 5000 /* cap on that delay */
-#define KVD_BROKER_RESTARTS_MAX 20     /* then kvd gives up and stops (exit 1) */
+#define KVD_STOP_TIMEOUT_MS 5000          /* children get SIGTERM, then SIGKILL after this */
+#define KVD_BROKER_BACKOFF_MIN_MS 200     /* first restart delay of a dead spawned broker */
+#define KVD_BROKER_BACKOFF_MAX_MS 5000    /* cap on that delay */
+#define KVD_BROKER_RESTARTS_MAX 20        /* then kvd gives up and stops (exit 1) */
 
 struct kvd;
 struct kvd_session;
@@ -57,7 +58,7 @@ struct kvd_model {
     struct gguf_file gguf;
     struct gguf_llama_hparams hp;
     struct tok tok;
-    uint64_t fp;                 /* gguf_model_fingerprint */
+    uint64_t fp; /* gguf_model_fingerprint */
     bool open;
 };
 int model_open(struct kvd_model *m, const char *path);
@@ -68,33 +69,33 @@ int model_default_path(char *out, size_t cap);
 
 /* ---- one generate request (request.c) ---- */
 struct kvd_req {
-    struct kvd_req *s_prev, *s_next;  /* the session's list */
-    struct kvd_req *a_prev, *a_next;  /* kvd's list of live requests */
-    struct kvd_session *sess;         /* NULL once the session is gone */
-    uint64_t id;                      /* client's id */
-    struct sched_seq seq;             /* the sequence (tokens, block table) */
-    uint32_t n_prompt;                /* prompt tokens */
-    uint32_t cached_prompt;           /* prompt tokens served from the prefix cache at the
-                                         first admission (reported to the client) */
-    uint32_t max_tokens;              /* completion tokens allowed */
+    struct kvd_req *s_prev, *s_next; /* the session's list */
+    struct kvd_req *a_prev, *a_next; /* kvd's list of live requests */
+    struct kvd_session *sess;        /* NULL once the session is gone */
+    uint64_t id;                     /* client's id */
+    struct sched_seq seq;            /* the sequence (tokens, block table) */
+    uint32_t n_prompt;               /* prompt tokens */
+    uint32_t cached_prompt;          /* prompt tokens served from the prefix cache at the
+                                        first admission (reported to the client) */
+    uint32_t max_tokens;             /* completion tokens allowed */
     struct step_sampling sp;
     uint32_t stop_ids[CLIENT_MAX_STOP_TOKEN_IDS];
     uint32_t n_stop_ids;
     bool ignore_eos, stream, want_prompt_lp, use_prefix;
-    uint32_t logprobs;                /* K */
-    uint64_t deadline_ms;             /* uv_now deadline; 0 = none */
-    struct blockhash_id hid;          /* prefix-cache identity (model, dtype, salt) */
-    struct blockhash *hashes;         /* per full block, capacity sched max_pages */
-    uint32_t n_hashes;                /* valid leading entries of hashes */
+    uint32_t logprobs;        /* K */
+    uint64_t deadline_ms;     /* uv_now deadline; 0 = none */
+    struct blockhash_id hid;  /* prefix-cache identity (model, dtype, salt) */
+    struct blockhash *hashes; /* per full block, capacity sched max_pages */
+    uint32_t n_hashes;        /* valid leading entries of hashes */
     struct detok dt;
-    struct client_logprob *lps;       /* per generated token (when logprobs > 0) */
-    struct client_logprob *plps;      /* per prompt token (when prompt_logprobs) */
-    uint32_t sent_tokens;             /* generated tokens already in "tokens" events */
-    int end_code;                     /* pending end: 0 none; KVD_ECANCELLED, ... */
-    bool in_step;                     /* part of the step in flight */
-    bool holds_pages;                 /* the broker may hold pages for seq.id */
-    int32_t worker;                   /* worker running it, -1 */
-    uint64_t t_arrival_ms;            /* when kvd accepted it (loop time) */
+    struct client_logprob *lps;  /* per generated token (when logprobs > 0) */
+    struct client_logprob *plps; /* per prompt token (when prompt_logprobs) */
+    uint32_t sent_tokens;        /* generated tokens already in "tokens" events */
+    int end_code;                /* pending end: 0 none; KVD_ECANCELLED, ... */
+    bool in_step;                /* part of the step in flight */
+    bool holds_pages;            /* the broker may hold pages for seq.id */
+    int32_t worker;              /* worker running it, -1 */
+    uint64_t t_arrival_ms;       /* when kvd accepted it (loop time) */
 };
 
 /* ---- workers (workers.c) ---- */
@@ -105,16 +106,16 @@ struct kvd_worker {
     uint32_t index;
     enum kw_state state;
     uv_process_t proc;
-    bool proc_live;                   /* proc handle initialised, not yet closed */
+    bool proc_live; /* proc handle initialised, not yet closed */
     pid_t pid;
-    struct nnuv nn;                   /* PAIR bound at worker-N.sock */
+    struct nnuv nn; /* PAIR bound at worker-N.sock */
     bool nn_open;
-    uv_timer_t timer;                 /* restart back-off, step timeout */
+    uv_timer_t timer; /* restart back-off, step timeout */
     uint32_t backoff_ms;
     uint64_t started_ms;
     uint64_t steps, restarts;
-    int32_t slot;                     /* engine's step slot it runs, -1 */
-    uint64_t step_id;                 /* step in flight */
+    int32_t slot;     /* engine's step slot it runs, -1 */
+    uint64_t step_id; /* step in flight */
 };
 
 /* ---- sessions (client_ep.c) ---- */
@@ -123,18 +124,18 @@ struct kvd_session {
     struct kvd *d;
     uint64_t id;
     char name[CLIENT_NAME_MAX + 1];
-    struct nnuv nn;                   /* PAIR s-<id>.sock */
-    char path[PATHS_MAX];             /* socket file, removed at close */
+    struct nnuv nn;       /* PAIR s-<id>.sock */
+    char path[PATHS_MAX]; /* socket file, removed at close */
     uint64_t last_seen_ms;
-    struct kvd_req *reqs;             /* open requests */
+    struct kvd_req *reqs; /* open requests */
     bool closing;
 };
 
 /* ---- the step in flight (engine.c) ---- */
 struct engine_slot {
     uint32_t n_entries;
-    uint32_t *entry_idx;              /* indices into sched plan entries */
-    int32_t worker;                   /* -1: waiting for an idle worker */
+    uint32_t *entry_idx; /* indices into sched plan entries */
+    int32_t worker;      /* -1: waiting for an idle worker */
     uint64_t step_id;
     bool done;
 };
@@ -161,16 +162,16 @@ struct kvd {
     uv_process_t broker_proc;
     bool broker_spawned, broker_live;
     struct broker_spawn_ctx *broker_ready_ctx; /* while waiting for "ready" */
-    uv_timer_t broker_timer;         /* restart back-off of a dead spawned broker */
+    uv_timer_t broker_timer;                   /* restart back-off of a dead spawned broker */
     uint32_t broker_backoff_ms;
     uint32_t broker_restarts;
-    bool bc_closing;                 /* bcli closing after the broker died */
-    struct broker_stats bstats;      /* latest stats (admin "pool" answers from it) */
+    bool bc_closing;            /* bcli closing after the broker died */
+    struct broker_stats bstats; /* latest stats (admin "pool" answers from it) */
     bool bstats_valid;
-    bool reattaching;                /* lease lost: attach again before the next cycle */
-    bool lease_reset;                /* new lease: every held page is gone, recompute */
-    char broker_addr[PATHS_MAX];     /* ipc:// address of broker.sock */
-    char broker_dir[PATHS_MAX];      /* runtime dir of the broker (broker.fd lives there) */
+    bool reattaching;            /* lease lost: attach again before the next cycle */
+    bool lease_reset;            /* new lease: every held page is gone, recompute */
+    char broker_addr[PATHS_MAX]; /* ipc:// address of broker.sock */
+    char broker_dir[PATHS_MAX];  /* runtime dir of the broker (broker.fd lives there) */
     /* workers */
     struct kvd_worker *workers;
     uint32_t n_workers;
@@ -180,29 +181,30 @@ struct kvd {
     uv_timer_t eng_timer;
     struct engine_slot slots[SCHED_WORKERS_MAX];
     uint32_t n_slots, slots_pending;
-    uint32_t prep_cursor;             /* next plan entry to prepare */
-    int prep_phase;                   /* 0: prefix lookup pending, 1: alloc pending */
-    bool plan_had_work;               /* the last plan produced entries */
+    uint32_t prep_cursor; /* next plan entry to prepare */
+    int prep_phase;       /* 0: prefix lookup pending, 1: alloc pending */
+    bool plan_had_work;   /* the last plan produced entries */
     uint64_t next_step_id;
     uint64_t next_seq_id;
-    struct kvd_req *reqs;             /* every live request */
+    struct kvd_req *reqs; /* every live request */
     uint32_t n_reqs;
     struct kvd_counters ctr;
+    struct prefixhint hints; /* believed prefix index, for cache-aware admission */
     /* endpoints */
     struct nnuv client_ep, admin_ep;
     bool client_open, admin_open;
     struct kvd_session *sessions;
     uint32_t n_sessions;
     uint64_t next_session;
-    bool admin_waiting;               /* an async admin reply is pending */
+    bool admin_waiting; /* an async admin reply is pending */
     uv_timer_t sweep_timer;
     /* lifecycle */
     bool shutting_down, stopped;
     uint64_t shutdown_deadline_ms;
     uv_signal_t sig_term, sig_int;
     int exit_code;
-    bool notify;                      /* NOTIFY_SOCKET set */
-    uv_timer_t wd_timer;              /* sd_notify WATCHDOG=1 */
+    bool notify;         /* NOTIFY_SOCKET set */
+    uv_timer_t wd_timer; /* sd_notify WATCHDOG=1 */
 };
 
 /* request.c */
@@ -226,10 +228,10 @@ void kvd_release_seq_pages(struct kvd *d, struct sched_seq *q);
 #define REQ_END_LENGTH 2
 
 /* engine.c */
-int engine_init(struct kvd *d);                /* after sched_init; 0 or -ENOMEM */
-void engine_sweep_if_idle(struct kvd *d);      /* sweep timer: ends cancelled/timed out */
-void engine_kick(struct kvd *d);               /* work may be available */
-void engine_worker_idle(struct kvd *d);        /* a worker became idle */
+int engine_init(struct kvd *d);           /* after sched_init; 0 or -ENOMEM */
+void engine_sweep_if_idle(struct kvd *d); /* sweep timer: ends cancelled/timed out */
+void engine_kick(struct kvd *d);          /* work may be available */
+void engine_worker_idle(struct kvd *d);   /* a worker became idle */
 void engine_worker_lost(struct kvd *d, struct kvd_worker *w); /* its step must re-run */
 void engine_on_result(struct kvd *d, struct kvd_worker *w, const struct wmsg *m);
 bool engine_is_idle(const struct kvd *d);
@@ -247,7 +249,7 @@ uint32_t workers_idle(const struct kvd *d);
 /* children.c */
 int broker_spawn(struct kvd *d, void (*ready_cb)(struct kvd *d, int status));
 void broker_stop(struct kvd *d);
-bool broker_is_running(const struct kvd *d);   /* alive or starting */
+bool broker_is_running(const struct kvd *d); /* alive or starting */
 
 /* client_ep.c */
 int client_ep_open(struct kvd *d);

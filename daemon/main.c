@@ -29,7 +29,7 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
-#define KVD_DRAIN_MS 200          /* last "done" messages leave before sessions close */
+#define KVD_DRAIN_MS 200 /* last "done" messages leave before sessions close */
 #define KVD_EXIT_RUNTIME 1
 #define KVD_EXIT_USAGE 64
 #define KVD_EXIT_UNAVAILABLE 69 /* another kvd serves this runtime dir */
@@ -200,8 +200,8 @@ static void sweep_timer_cb(uv_timer_t *t)
 static void wd_timer_cb(uv_timer_t *t)
 {
     struct kvd *d = t->data;
-    notify(d, "WATCHDOG=1\nSTATUS=serving: %u running, %u queued, %llu steps",
-           d->sched.n_running, d->sched.n_queued, (unsigned long long)d->ctr.steps);
+    notify(d, "WATCHDOG=1\nSTATUS=serving: %u running, %u queued, %llu steps", d->sched.n_running,
+           d->sched.n_queued, (unsigned long long)d->ctr.steps);
 }
 
 static void start_failed(struct kvd *d, int code, const char *what)
@@ -245,8 +245,8 @@ static void attached_cb(struct bcli *b, int status, const struct wmsg *m, void *
     if (d->shutting_down)
         return;
     struct sched_limits lim = {
-        .max_batch_tokens = d->cfg.max_batch_tokens < STEP_MAX_TOKENS ? d->cfg.max_batch_tokens
-                                                                       : STEP_MAX_TOKENS,
+        .max_batch_tokens =
+            d->cfg.max_batch_tokens < STEP_MAX_TOKENS ? d->cfg.max_batch_tokens : STEP_MAX_TOKENS,
         .max_running = d->cfg.max_running < STEP_MAX_SEQS * SCHED_WORKERS_MAX
                            ? d->cfg.max_running
                            : STEP_MAX_SEQS * SCHED_WORKERS_MAX,
@@ -255,8 +255,11 @@ static void attached_cb(struct bcli *b, int status, const struct wmsg *m, void *
         .block_size = d->cfg.block_size,
         .total_pages = b->pool.num_pages,
         .naive = d->cfg.alloc == CONFIG_ALLOC_NAIVE,
+        .cache_aware = d->cfg.prefix_cache,
     };
     int rc = sched_init(&d->sched, &lim);
+    if (rc == 0 && d->cfg.prefix_cache && prefixhint_init(&d->hints) < 0)
+        log_warn("no memory for prefix hints: admission stays plain FCFS");
     if (rc == 0)
         rc = engine_init(d);
     if (rc < 0) {
@@ -434,8 +437,7 @@ static int resolve_broker(struct kvd *d)
     const char *b = d->cfg.broker;
     if (!b[0]) {
         snprintf(d->broker_dir, sizeof(d->broker_dir), "%s", d->rundir);
-        return paths_ipc_addr(d->broker_addr, sizeof(d->broker_addr), d->rundir,
-                              PATHS_SOCK_BROKER);
+        return paths_ipc_addr(d->broker_addr, sizeof(d->broker_addr), d->rundir, PATHS_SOCK_BROKER);
     }
     if (strncmp(b, "ipc://", 6) == 0) {
         char tmp[PATHS_MAX];
@@ -506,8 +508,8 @@ static int kvd_setup(struct kvd *d)
         return KVD_EXIT_CONFIG;
     }
     if (d->cfg.max_model_len > hp->n_ctx_train)
-        log_warn("--max-model-len %u exceeds the model's trained context %u",
-                 d->cfg.max_model_len, hp->n_ctx_train);
+        log_warn("--max-model-len %u exceeds the model's trained context %u", d->cfg.max_model_len,
+                 hp->n_ctx_train);
     if ((rc = resolve_broker(d)) < 0) {
         log_err("bad --broker '%s': %s", d->cfg.broker, kvd_strerror(rc));
         return KVD_EXIT_CONFIG;
@@ -522,11 +524,20 @@ int main(int argc, char **argv)
     char err[CONFIG_ERR_LEN];
     enum config_status cs = config_load(&d->cfg, argc, argv, NULL, err);
     switch (cs) {
-    case CONFIG_HELP: fputs(config_usage(), stdout); return 0;
-    case CONFIG_VERSION: printf("kvd %s\n", KVD_VERSION); return 0;
-    case CONFIG_EUSAGE: fprintf(stderr, "kvd: %s\n", err); return KVD_EXIT_USAGE;
-    case CONFIG_EBAD: fprintf(stderr, "kvd: %s\n", err); return KVD_EXIT_CONFIG;
-    case CONFIG_OK: break;
+    case CONFIG_HELP:
+        fputs(config_usage(), stdout);
+        return 0;
+    case CONFIG_VERSION:
+        printf("kvd %s\n", KVD_VERSION);
+        return 0;
+    case CONFIG_EUSAGE:
+        fprintf(stderr, "kvd: %s\n", err);
+        return KVD_EXIT_USAGE;
+    case CONFIG_EBAD:
+        fprintf(stderr, "kvd: %s\n", err);
+        return KVD_EXIT_CONFIG;
+    case CONFIG_OK:
+        break;
     }
     log_setup("kvd", d->cfg.log_level);
     if (d->cfg.config_file[0])
@@ -546,8 +557,7 @@ int main(int argc, char **argv)
     km.kill_timer.data = d;
     uv_timer_init(d->loop, &d->sweep_timer);
     d->sweep_timer.data = d;
-    uv_timer_start(&d->sweep_timer, sweep_timer_cb, KVD_SWEEP_INTERVAL_MS,
-                   KVD_SWEEP_INTERVAL_MS);
+    uv_timer_start(&d->sweep_timer, sweep_timer_cb, KVD_SWEEP_INTERVAL_MS, KVD_SWEEP_INTERVAL_MS);
     uv_timer_init(d->loop, &d->wd_timer);
     d->wd_timer.data = d;
     uv_timer_init(d->loop, &d->broker_timer);
@@ -569,6 +579,7 @@ int main(int argc, char **argv)
     uv_run(d->loop, UV_RUN_DEFAULT);
     if (d->sched.plan.entries)
         sched_release(&d->sched);
+    prefixhint_release(&d->hints);
     free(d->workers);
     model_close(&d->model);
     rc = uv_loop_close(d->loop);

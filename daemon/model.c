@@ -70,9 +70,9 @@ int model_default_path(char *out, size_t cap)
     exe[n] = '\0';
     char *dir = dirname(exe); /* <build>/bin or <prefix>/bin */
     static const char *const rel[] = {
-        "/../../models/" MODEL_DEFAULT_FILE,          /* build tree: <src>/build/bin */
-        "/../share/kvd/models/" MODEL_DEFAULT_FILE,   /* installed */
-        "/../../../models/" MODEL_DEFAULT_FILE,       /* nested build dirs */
+        "/../../models/" MODEL_DEFAULT_FILE,        /* build tree: <src>/build/bin */
+        "/../share/kvd/models/" MODEL_DEFAULT_FILE, /* installed */
+        "/../../../models/" MODEL_DEFAULT_FILE,     /* nested build dirs */
     };
     for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
         char p[CONFIG_PATH_MAX];

@@ -147,7 +147,10 @@ void nnuv_recv_resume(struct nnuv *n)
     }
 }
 
-size_t nnuv_queued(const struct nnuv *n) { return n->q_len; }
+size_t nnuv_queued(const struct nnuv *n)
+{
+    return n->q_len;
+}
 
 static void nnuv_handle_closed(uv_handle_t *h)
 {

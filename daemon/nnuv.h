@@ -31,11 +31,11 @@ struct nnuv_msg {
 
 struct nnuv {
     /* public */
-    void *data;                   /* the owner's pointer */
-    int sock;                     /* the nanomsg socket (read-only) */
+    void *data; /* the owner's pointer */
+    int sock;   /* the nanomsg socket (read-only) */
     /* private */
     uv_poll_t rpoll, spoll;
-    int rfd, sfd;                 /* -1 when the socket cannot do that direction */
+    int rfd, sfd; /* -1 when the socket cannot do that direction */
     bool reading, spoll_on, closing;
     int open_handles;
     struct nnuv_msg *q_head, *q_tail;

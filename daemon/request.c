@@ -175,8 +175,7 @@ int req_start(struct kvd *d, struct kvd_session *s, struct client_generate *g)
                      "tokens",
                      r->n_prompt, max_len, d->sched.lim.total_pages, d->cfg.block_size);
         else if (rc == KVD_EOVERLOAD)
-            snprintf(msg, sizeof(msg), "queue full (%u waiting, --max-queue)",
-                     d->sched.n_queued);
+            snprintf(msg, sizeof(msg), "queue full (%u waiting, --max-queue)", d->sched.n_queued);
         goto out_free;
     }
     r->sess = s;
@@ -190,8 +189,8 @@ int req_start(struct kvd *d, struct kvd_session *s, struct client_generate *g)
     d->reqs = r;
     d->n_reqs++;
     log_debug("request %llu of session %llu: seq %llu, %u prompt tokens, max_total %u",
-              (unsigned long long)r->id, (unsigned long long)s->id,
-              (unsigned long long)r->seq.id, r->n_prompt, r->seq.max_total);
+              (unsigned long long)r->id, (unsigned long long)s->id, (unsigned long long)r->seq.id,
+              r->n_prompt, r->seq.max_total);
     engine_kick(d);
     return 0;
 out_free:
@@ -413,8 +412,9 @@ void req_finish(struct kvd *d, struct kvd_req *r, int code, const char *msg)
         d->ctr.requests_failed++;
     log_debug("request %llu (seq %llu) ended: %s, %u+%u tokens, %u cached",
               (unsigned long long)r->id, (unsigned long long)r->seq.id,
-              code == REQ_END_STOP ? "stop" : code == REQ_END_LENGTH ? "length"
-                                                                    : kvd_errname(code),
+              code == REQ_END_STOP     ? "stop"
+              : code == REQ_END_LENGTH ? "length"
+                                       : kvd_errname(code),
               r->n_prompt, r->seq.n_tokens - r->n_prompt, r->cached_prompt);
     if (r->a_prev)
         r->a_prev->a_next = r->a_next;

@@ -25,8 +25,7 @@ static void list_unlink(struct sched_seq **head, struct sched_seq **tail, struct
     x->prev = x->next = NULL;
 }
 
-static void list_push_back(struct sched_seq **head, struct sched_seq **tail,
-                           struct sched_seq *x)
+static void list_push_back(struct sched_seq **head, struct sched_seq **tail, struct sched_seq *x)
 {
     x->next = NULL;
     x->prev = *tail;
@@ -37,8 +36,7 @@ static void list_push_back(struct sched_seq **head, struct sched_seq **tail,
     *tail = x;
 }
 
-static void list_push_front(struct sched_seq **head, struct sched_seq **tail,
-                            struct sched_seq *x)
+static void list_push_front(struct sched_seq **head, struct sched_seq **tail, struct sched_seq *x)
 {
     x->prev = NULL;
     x->next = *head;
@@ -51,8 +49,8 @@ static void list_push_front(struct sched_seq **head, struct sched_seq **tail,
 
 int sched_init(struct sched *s, const struct sched_limits *lim)
 {
-    if (!lim->max_batch_tokens || !lim->max_running || !lim->max_model_len ||
-        !lim->block_size || !lim->total_pages)
+    if (!lim->max_batch_tokens || !lim->max_running || !lim->max_model_len || !lim->block_size ||
+        !lim->total_pages)
         return -EINVAL;
     struct sched t;
     memset(&t, 0, sizeof(t));
@@ -153,6 +151,27 @@ static void plan_entry(struct sched_plan *p, struct sched_seq *q, uint32_t n, ui
     p->n_tokens += n;
 }
 
+/* The next sequence to admit (see SCHED_REORDER_WINDOW). */
+static struct sched_seq *sched_pick_next(const struct sched *s)
+{
+    struct sched_seq *head = s->q_head, *best = head;
+    if (!s->lim.cache_aware || head->state == SCHED_PREEMPTED ||
+        s->n_queued > SCHED_REORDER_QUEUE_MAX)
+        return head;
+    uint32_t i = 1;
+    for (struct sched_seq *q = head->next; q && i < SCHED_REORDER_WINDOW; q = q->next, i++) {
+        if (q->state != SCHED_QUEUED)
+            break;
+        if (q->prefix_hint > best->prefix_hint)
+            best = q;
+    }
+    /* Nobody in front of best may have been overtaken too often already. */
+    for (struct sched_seq *o = head; o != best; o = o->next)
+        if (o->overtaken >= SCHED_OVERTAKE_MAX)
+            return head;
+    return best;
+}
+
 struct sched_plan *sched_plan(struct sched *s, uint32_t avail)
 {
     struct sched_plan *p = &s->plan;
@@ -202,10 +221,9 @@ struct sched_plan *sched_plan(struct sched *s, uint32_t avail)
         q = q->next; /* read after preemptions: they unlink from the tail */
     }
 
-    /* Admission, FCFS, only when nobody had to be preempted this round. */
-    while (p->n_preempted == 0 && s->q_head && budget > 0 &&
-           s->n_running < s->lim.max_running) {
-        q = s->q_head;
+    /* Admission, FCFS (or cache-aware), only when nobody had to be preempted. */
+    while (p->n_preempted == 0 && s->q_head && budget > 0 && s->n_running < s->lim.max_running) {
+        q = sched_pick_next(s);
         uint32_t total = s->lim.naive ? s->max_pages : sched_pages_for(s, q->n_tokens);
         if (total > s->lim.total_pages) {
             list_unlink(&s->q_head, &s->q_tail, q);
@@ -215,7 +233,9 @@ struct sched_plan *sched_plan(struct sched *s, uint32_t avail)
             continue;
         }
         if (total > avail)
-            break; /* FCFS: the head waits for pages, nobody overtakes it */
+            break; /* the chosen one waits for pages, nobody overtakes it */
+        for (struct sched_seq *o = s->q_head; o && o != q; o = o->next)
+            o->overtaken++;
         avail -= total;
         list_unlink(&s->q_head, &s->q_tail, q);
         s->n_queued--;
@@ -295,8 +315,7 @@ int sched_check(const struct sched *s)
     uint64_t last = 0;
     for (const struct sched_seq *q = s->r_head; q; q = q->next, n++) {
         if (q->state != SCHED_RUNNING || q->order <= last ||
-            (q->next ? q->next->prev != q : s->r_tail != q) ||
-            q->n_computed > q->n_tokens ||
+            (q->next ? q->next->prev != q : s->r_tail != q) || q->n_computed > q->n_tokens ||
             q->n_computed > q->n_pages * s->lim.block_size) {
             log_err("sched check: running seq %llu inconsistent", (unsigned long long)q->id);
             return -EINVAL;

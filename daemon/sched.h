@@ -15,7 +15,8 @@
  *     the budget has none, the NEWEST running sequence is preempted (recompute: its pages
  *     are released, it goes back to the queue front, counted and logged); if that is the
  *     sequence itself and it runs alone, it cannot ever fit: it is put on plan->failed.
- *     Then, if nothing was preempted, queued sequences are admitted FCFS while
+ *     Then, if nothing was preempted, queued sequences are admitted FCFS (or
+ *     cache-aware, see SCHED_REORDER_WINDOW) while
  *     max_running, the token budget and the pages of their whole prompt (paged) or of
  *     max-model-len (naive) allow.
  *  2. The caller releases the pages of plan->preempted (they already hold n_pages 0),
@@ -34,31 +35,40 @@
 #include <stdint.h>
 
 #define SCHED_WORKERS_MAX 64 /* worker slots one step can be split among */
+/* Cache-aware admission (issue 6): among the first SCHED_REORDER_WINDOW waiting
+ * sequences, the one expecting the longest cached prefix goes first, but only while
+ * the queue is at most SCHED_REORDER_QUEUE_MAX long (else plain FCFS), never ahead of
+ * a preempted sequence, and a sequence is overtaken at most SCHED_OVERTAKE_MAX times. */
+#define SCHED_REORDER_WINDOW 8
+#define SCHED_REORDER_QUEUE_MAX 64
+#define SCHED_OVERTAKE_MAX 8
 
 enum sched_state {
-    SCHED_NEW = 0,     /* not yet submitted */
-    SCHED_QUEUED,      /* waiting for admission */
-    SCHED_PREEMPTED,   /* waiting again after a preemption (will recompute) */
-    SCHED_RUNNING,     /* admitted: holds pages, gets steps */
-    SCHED_DONE,        /* finished; on no list */
+    SCHED_NEW = 0,   /* not yet submitted */
+    SCHED_QUEUED,    /* waiting for admission */
+    SCHED_PREEMPTED, /* waiting again after a preemption (will recompute) */
+    SCHED_RUNNING,   /* admitted: holds pages, gets steps */
+    SCHED_DONE,      /* finished; on no list */
 };
 
 struct sched_seq {
     /* Set by the owner before sched_submit. */
     uint64_t id;
-    uint32_t *tokens;      /* prompt then generated ids; capacity max_total */
-    uint32_t n_tokens;     /* ids known */
-    uint32_t max_total;    /* prompt + max_tokens, <= max_model_len */
-    uint32_t *blocks;      /* page ids of the block table; capacity sched max_pages */
-    void *owner;           /* the caller's request */
+    uint32_t *tokens;   /* prompt then generated ids; capacity max_total */
+    uint32_t n_tokens;  /* ids known */
+    uint32_t max_total; /* prompt + max_tokens, <= max_model_len */
+    uint32_t *blocks;   /* page ids of the block table; capacity sched max_pages */
+    void *owner;        /* the caller's request */
     /* Owned by the scheduler; read-only for others except where stated. */
     enum sched_state state;
-    uint32_t n_computed;   /* tokens whose K/V is in the pool */
-    uint32_t n_pages;      /* entries of blocks[] in use (the caller appends) */
-    uint32_t n_cached;     /* tokens taken from the prefix cache at the last admission */
-    uint32_t n_committed;  /* full blocks registered in the prefix index (caller) */
-    uint32_t preemptions;  /* times this sequence was preempted */
-    uint64_t order;        /* admission counter: larger = newer */
+    uint32_t n_computed;  /* tokens whose K/V is in the pool */
+    uint32_t n_pages;     /* entries of blocks[] in use (the caller appends) */
+    uint32_t n_cached;    /* tokens taken from the prefix cache at the last admission */
+    uint32_t n_committed; /* full blocks registered in the prefix index (caller) */
+    uint32_t preemptions; /* times this sequence was preempted */
+    uint32_t prefix_hint; /* leading blocks the owner expects cached (ordering only) */
+    uint32_t overtaken;   /* times a later sequence was admitted before it */
+    uint64_t order;       /* admission counter: larger = newer */
     struct sched_seq *prev, *next;
 };
 
@@ -70,39 +80,40 @@ struct sched_limits {
     uint32_t block_size;       /* tokens per page */
     uint32_t total_pages;      /* pages of the whole pool */
     bool naive;                /* reserve max-model-len pages at admission */
+    bool cache_aware;          /* reorder admission by prefix_hint (see above) */
 };
 
 /* One sequence's share of a step. */
 struct sched_entry {
-    struct sched_seq *seq;  /* NULL: dropped by the caller */
-    uint32_t pos0;          /* position of the first token to compute */
-    uint32_t n;             /* tokens to compute: tokens[pos0 .. pos0 + n) */
-    uint32_t need_pages;    /* block-table length needed before the step runs */
-    bool sample;            /* pos0 + n == n_tokens: sample a token after the last one */
-    bool admitted;          /* admitted this round: prefix lookup pending */
-    uint32_t worker;        /* slot 0 .. n_workers-1 after sched_assign */
+    struct sched_seq *seq; /* NULL: dropped by the caller */
+    uint32_t pos0;         /* position of the first token to compute */
+    uint32_t n;            /* tokens to compute: tokens[pos0 .. pos0 + n) */
+    uint32_t need_pages;   /* block-table length needed before the step runs */
+    bool sample;           /* pos0 + n == n_tokens: sample a token after the last one */
+    bool admitted;         /* admitted this round: prefix lookup pending */
+    uint32_t worker;       /* slot 0 .. n_workers-1 after sched_assign */
 };
 
 struct sched_plan {
-    struct sched_entry *entries;   /* capacity max_running */
+    struct sched_entry *entries; /* capacity max_running */
     uint32_t n_entries;
-    struct sched_seq **preempted;  /* capacity max_running: release their pages */
+    struct sched_seq **preempted; /* capacity max_running: release their pages */
     uint32_t n_preempted;
-    struct sched_seq **failed;     /* capacity max_running: cannot fit even alone */
+    struct sched_seq **failed; /* capacity max_running: cannot fit even alone */
     uint32_t n_failed;
-    uint32_t n_tokens;             /* sum of entries' n */
+    uint32_t n_tokens; /* sum of entries' n */
 };
 
 struct sched {
     struct sched_limits lim;
-    struct sched_seq *q_head, *q_tail;     /* waiting queue */
-    struct sched_seq *r_head, *r_tail;     /* running, oldest first */
+    struct sched_seq *q_head, *q_tail; /* waiting queue */
+    struct sched_seq *r_head, *r_tail; /* running, oldest first */
     uint32_t n_queued;
     uint32_t n_running;
     uint64_t order_next;
-    uint64_t preemptions;                  /* total, for kvctl pool */
-    uint32_t max_pages;                    /* block-table capacity per sequence */
-    struct sched_plan plan;                /* storage reused each round */
+    uint64_t preemptions;   /* total, for kvctl pool */
+    uint32_t max_pages;     /* block-table capacity per sequence */
+    struct sched_plan plan; /* storage reused each round */
 };
 
 /* Pages needed for n tokens. */

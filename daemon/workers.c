@@ -58,8 +58,7 @@ static void worker_on_hello(struct kvd_worker *w, const struct wmsg *m)
     if (h.index != w->index || h.model_fp != d->model.fp) {
         log_err("worker %u: hello says index %u, model fingerprint %016llx (expected "
                 "%016llx): killing it",
-                w->index, h.index, (unsigned long long)h.model_fp,
-                (unsigned long long)d->model.fp);
+                w->index, h.index, (unsigned long long)h.model_fp, (unsigned long long)d->model.fp);
         if (w->proc_live)
             uv_process_kill(&w->proc, SIGKILL);
         return;
@@ -92,8 +91,8 @@ static void worker_recv_cb(struct nnuv *n, const void *buf, size_t len)
         else if (wire_u64(&m.root, "step_id", true, 0, UINT64_MAX, &sid, err) < 0)
             sid = 0;
         if (w->state == KW_BUSY && sid != w->step_id) {
-            log_warn("worker %u: reply for step %llu while %llu is in flight (dropped)",
-                     w->index, (unsigned long long)sid, (unsigned long long)w->step_id);
+            log_warn("worker %u: reply for step %llu while %llu is in flight (dropped)", w->index,
+                     (unsigned long long)sid, (unsigned long long)w->step_id);
         } else if (w->state == KW_BUSY) {
             uv_timer_stop(&w->timer);
             w->state = KW_IDLE;
@@ -113,8 +112,8 @@ static void worker_step_timeout_cb(uv_timer_t *t)
 {
     struct kvd_worker *w = t->data;
     if (w->state == KW_BUSY && w->proc_live) {
-        log_err("worker %u (pid %d) silent for %u ms on a step: killing it", w->index,
-                (int)w->pid, w->d->cfg.step_timeout_ms);
+        log_err("worker %u (pid %d) silent for %u ms on a step: killing it", w->index, (int)w->pid,
+                w->d->cfg.step_timeout_ms);
         uv_process_kill(&w->proc, SIGKILL);
     }
 }
@@ -222,11 +221,11 @@ static void worker_spawn(struct kvd_worker *w)
     args[a++] = "--log-level";
     args[a++] = (char *)lvl[d->cfg.log_level];
     args[a] = NULL;
-    uv_stdio_container_t stdio[3] = {
-        {.flags = UV_IGNORE}, {.flags = UV_INHERIT_FD, .data.fd = 1},
-        {.flags = UV_INHERIT_FD, .data.fd = 2}};
-    uv_process_options_t o = {.exit_cb = worker_exit_cb, .file = bin, .args = args,
-                              .stdio_count = 3, .stdio = stdio};
+    uv_stdio_container_t stdio[3] = {{.flags = UV_IGNORE},
+                                     {.flags = UV_INHERIT_FD, .data.fd = 1},
+                                     {.flags = UV_INHERIT_FD, .data.fd = 2}};
+    uv_process_options_t o = {
+        .exit_cb = worker_exit_cb, .file = bin, .args = args, .stdio_count = 3, .stdio = stdio};
     w->proc.data = w;
     w->state = KW_STARTING;
     w->started_ms = kvd_now_ms(d);

@@ -10,11 +10,11 @@
 
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
@@ -90,8 +90,7 @@ START_TEST(test_many_concurrent_streams)
     struct env e;
     env_start(&e, extra);
     enum { N = 24, MAXT = 48 };
-    static const char *const prompts[] = {"Once upon a time", "The cat", "Tom and Sue",
-                                          "One day"};
+    static const char *const prompts[] = {"Once upon a time", "The cat", "Tom and Sue", "One day"};
     /* Reference: each prompt alone, greedy. */
     static struct kh_result ref[4];
     struct kvd_params p;
@@ -209,7 +208,7 @@ END_TEST
 
 START_TEST(test_overload_rejected)
 {
-    static const char *const extra[] = {"--max-running", "1", "--max-queue", "1",
+    static const char *const extra[] = {"--max-running",   "1",    "--max-queue", "1",
                                         "--max-model-len", "2048", NULL};
     struct env e;
     env_start(&e, extra);
@@ -247,8 +246,7 @@ END_TEST
 START_TEST(test_prompt_too_long)
 {
     /* 64 KiB pool = 3 pages of 20 KiB = 48 tokens (stories260K, f32, block 16). */
-    static const char *const extra[] = {"--max-model-len", "256", "--pool-bytes", "64K",
-                                        NULL};
+    static const char *const extra[] = {"--max-model-len", "256", "--pool-bytes", "64K", NULL};
     struct env e;
     env_start(&e, extra);
     static uint32_t toks[300];
@@ -503,8 +501,8 @@ START_TEST(test_exit_codes)
     static const char *const bogus[] = {"--bogus", "1", NULL};
     static const char *const bad[] = {"--workers", "0", NULL};
     static const char *const nofile[] = {"--config", "/nonexistent/kvd.conf", NULL};
-    static const char *const nomodel[] = {"--model", "/nonexistent/m.gguf", "--runtime-dir",
-                                          "/tmp", NULL};
+    static const char *const nomodel[] = {"--model", "/nonexistent/m.gguf", "--runtime-dir", "/tmp",
+                                          NULL};
     ck_assert_int_eq(run_kvd_status(help), 0);
     ck_assert_int_eq(run_kvd_status(bogus), 64);
     ck_assert_int_eq(run_kvd_status(bad), 78);

@@ -14,13 +14,13 @@
 #define KH_START_TIMEOUT_MS 20000 /* kvd + broker + workers up and serving */
 #define KH_STOP_TIMEOUT_MS 20000  /* SIGTERM to exit */
 #define KH_ARGS_MAX 32
-#define KH_TOKENS_MAX 4096        /* generated ids one helper call collects */
+#define KH_TOKENS_MAX 4096 /* generated ids one helper call collects */
 
 struct kh_kvd {
     pid_t pid;
     char dir[256];
     char log[300];
-    int status;   /* exit status when kh_start saw it exit (-ECHILD) */
+    int status; /* exit status when kh_start saw it exit (-ECHILD) */
 };
 
 /* A fresh temp dir (mkdtemp under /tmp). */
@@ -31,8 +31,8 @@ void kh_tmpdir(char out[256]);
  * its exit status), -ETIMEDOUT or -errno. */
 int kh_start(struct kh_kvd *k, const char *bin, const char *dir, const char *sock_name,
              const char *const *extra);
-/* Sends sig (0: none, it was told already), waits. Returns the exit status (0..255), 128+signal, or -ETIMEDOUT
- * (then it was SIGKILLed). */
+/* Sends sig (0: none, it was told already), waits. Returns the exit status (0..255), 128+signal, or
+ * -ETIMEDOUT (then it was SIGKILLed). */
 int kh_stop(struct kh_kvd *k, int sig);
 /* Broker stats straight from broker.sock in dir. */
 int kh_broker_stats(const char *dir, struct broker_stats *st);
@@ -53,15 +53,15 @@ int64_t kh_admin_evict(const char *dir);
 
 /* Result of a collected request. */
 struct kh_result {
-    int rc;                       /* kvd_generate's result */
+    int rc; /* kvd_generate's result */
     enum kvd_finish finish;
     int code;
     uint32_t prompt_tokens, cached_prompt_tokens, completion_tokens;
     uint32_t tokens[KH_TOKENS_MAX];
-    size_t n_tokens;              /* from stream events (stream) or done (non-stream) */
+    size_t n_tokens; /* from stream events (stream) or done (non-stream) */
     char text[KH_TOKENS_MAX * 8];
     size_t text_len;
-    uint32_t n_events;            /* TOKENS events */
+    uint32_t n_events; /* TOKENS events */
 };
 /* One request on c, waits for its DONE (timeout_ms), collects events. */
 void kh_generate(struct kvd_client *c, const struct kvd_params *p, int timeout_ms,

@@ -194,8 +194,8 @@ START_TEST(test_hit_after_kvd_restart_with_broker_kept)
     kh_tmpdir(dir);
     const char *src = getenv("KVD_SOURCE_DIR");
     snprintf(model, sizeof(model), "%s/models/stories260K.gguf", src ? src : ".");
-    const char *const bargs[] = {"--model", model, "--pool-bytes", "32M", "--backend", "host",
-                                 NULL};
+    const char *const bargs[] = {"--model", model, "--pool-bytes", "32M", "--backend",
+                                 "host",    NULL};
     struct kh_kvd broker, k1, k2;
     ck_assert_int_eq(kh_start(&broker, "kvd-broker", dir, "broker.sock", bargs), 0);
     const char *const kargs[] = {"--broker", dir, NULL};

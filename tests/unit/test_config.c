@@ -19,11 +19,11 @@ static const char *write_file(const char *text)
     return tmpfile_path;
 }
 
-#define LOAD(c, err, ...)                                                                \
-    ({                                                                                   \
-        char *argv_[] = {"kvd", __VA_ARGS__};                                            \
-        config_load(c, (int)(sizeof(argv_) / sizeof(argv_[0])), argv_,                  \
-                    "/nonexistent/kvd.conf", err);                                       \
+#define LOAD(c, err, ...)                                                                          \
+    ({                                                                                             \
+        char *argv_[] = {"kvd", __VA_ARGS__};                                                      \
+        config_load(c, (int)(sizeof(argv_) / sizeof(argv_[0])), argv_, "/nonexistent/kvd.conf",    \
+                    err);                                                                          \
     })
 
 START_TEST(test_defaults)
@@ -69,8 +69,8 @@ START_TEST(test_flags)
     struct kvd_config c;
     char err[CONFIG_ERR_LEN];
     ck_assert_int_eq(LOAD(&c, err, "--workers", "3", "--pool-bytes=32M", "--alloc", "naive",
-                          "--prefix-cache", "off", "--kv-dtype", "f16", "--log-level",
-                          "debug", "--step-timeout-ms", "0"),
+                          "--prefix-cache", "off", "--kv-dtype", "f16", "--log-level", "debug",
+                          "--step-timeout-ms", "0"),
                      CONFIG_OK);
     ck_assert_uint_eq(c.step_timeout_ms, 0);
     ck_assert_uint_eq(c.workers, 3);

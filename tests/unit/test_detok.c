@@ -98,7 +98,7 @@ START_TEST(test_stop_prefix_held_back)
         total += tl;
     }
     ck_assert_uint_eq(total, strlen(" a ")); /* "cat" may still become "cat!" */
-    detok_take(&d, true, &t, &tl);             /* the request ended: release it */
+    detok_take(&d, true, &t, &tl);           /* the request ended: release it */
     ck_assert_uint_eq(tl, 3);
     ck_assert_mem_eq(t, "cat", 3);
     detok_release(&d);

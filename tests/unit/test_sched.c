@@ -31,9 +31,13 @@ static void tseq_init(struct tseq *t, uint64_t id, uint32_t prompt, uint32_t max
 
 static struct sched_limits lim(uint32_t batch, uint32_t running, uint32_t pages)
 {
-    struct sched_limits l = {.max_batch_tokens = batch, .max_running = running,
-                             .max_queue = 8, .max_model_len = T_MAX_LEN,
-                             .block_size = T_BS, .total_pages = pages, .naive = false};
+    struct sched_limits l = {.max_batch_tokens = batch,
+                             .max_running = running,
+                             .max_queue = 8,
+                             .max_model_len = T_MAX_LEN,
+                             .block_size = T_BS,
+                             .total_pages = pages,
+                             .naive = false};
     return l;
 }
 
@@ -70,7 +74,7 @@ START_TEST(test_submit_limits)
     l.max_queue = 2;
     ck_assert_int_eq(sched_init(&s, &l), 0);
     struct tseq a, b, c, big, toolong;
-    tseq_init(&big, 9, 16, 20);            /* needs 17 tokens -> 5 pages > pool */
+    tseq_init(&big, 9, 16, 20); /* needs 17 tokens -> 5 pages > pool */
     ck_assert_int_eq(sched_submit(&s, &big.s), KVD_ETOOLONG);
     tseq_init(&toolong, 10, T_MAX_LEN, T_MAX_LEN); /* prompt == max-model-len */
     ck_assert_int_eq(sched_submit(&s, &toolong.s), KVD_ETOOLONG);
@@ -92,8 +96,8 @@ START_TEST(test_continuous_batching_and_chunked_prefill)
     struct sched_limits l = lim(8, 4, 100);
     ck_assert_int_eq(sched_init(&s, &l), 0);
     struct tseq a, b;
-    tseq_init(&a, 1, 3, 20);   /* short prompt */
-    tseq_init(&b, 2, 13, 30);  /* long prompt: chunked over 8-token budget */
+    tseq_init(&a, 1, 3, 20);  /* short prompt */
+    tseq_init(&b, 2, 13, 30); /* long prompt: chunked over 8-token budget */
     ck_assert_int_eq(sched_submit(&s, &a.s), 0);
     ck_assert_int_eq(sched_submit(&s, &b.s), 0);
     uint32_t avail = 100;
@@ -330,6 +334,71 @@ START_TEST(test_finish_queued_and_cancel)
 }
 END_TEST
 
+START_TEST(test_cache_aware_admission)
+{
+    struct sched s;
+    struct sched_limits l = lim(64, 8, 100);
+    l.cache_aware = true;
+    ck_assert_int_eq(sched_init(&s, &l), 0);
+    struct tseq a, b, c;
+    tseq_init(&a, 1, 8, 20);
+    tseq_init(&b, 2, 8, 20);
+    tseq_init(&c, 3, 8, 20);
+    c.s.prefix_hint = 2; /* expects 2 cached blocks */
+    sched_submit(&s, &a.s);
+    sched_submit(&s, &b.s);
+    sched_submit(&s, &c.s);
+    struct sched_plan *p = sched_plan(&s, 2); /* room for one 2-page prompt */
+    ck_assert_uint_eq(p->n_entries, 1);
+    ck_assert_ptr_eq(p->entries[0].seq, &c.s);
+    ck_assert_uint_eq(a.s.overtaken, 1);
+    ck_assert_uint_eq(b.s.overtaken, 1);
+    ck_assert_int_eq(sched_check(&s), 0);
+    /* Without cache awareness: plain FCFS. */
+    sched_release(&s);
+    l.cache_aware = false;
+    ck_assert_int_eq(sched_init(&s, &l), 0);
+    tseq_init(&a, 1, 8, 20);
+    tseq_init(&c, 3, 8, 20);
+    c.s.prefix_hint = 2;
+    sched_submit(&s, &a.s);
+    sched_submit(&s, &c.s);
+    p = sched_plan(&s, 2);
+    ck_assert_ptr_eq(p->entries[0].seq, &a.s);
+    sched_release(&s);
+}
+END_TEST
+
+START_TEST(test_cache_aware_no_starvation)
+{
+    struct sched s;
+    struct sched_limits l = lim(64, 64, 1000);
+    l.cache_aware = true;
+    l.max_queue = 64;
+    ck_assert_int_eq(sched_init(&s, &l), 0);
+    static struct tseq head, later[SCHED_OVERTAKE_MAX + 2];
+    tseq_init(&head, 1, 4, 10);
+    sched_submit(&s, &head.s);
+    /* Each round one later arrival with a cached prefix competes with the old head. */
+    int rounds = 0;
+    for (int i = 0; i < SCHED_OVERTAKE_MAX + 2 && head.s.state == SCHED_QUEUED; i++) {
+        tseq_init(&later[i], 10 + (uint64_t)i, 4, 10);
+        later[i].s.prefix_hint = 3;
+        sched_submit(&s, &later[i].s);
+        struct sched_plan *p = sched_plan(&s, 1); /* one admission per round */
+        ck_assert_uint_eq(p->n_entries, 1);
+        if (p->entries[0].seq != &head.s)
+            sched_finish(&s, p->entries[0].seq); /* it ran and ended: pages back */
+        rounds++;
+    }
+    ck_assert_uint_eq(head.s.state, SCHED_RUNNING);
+    ck_assert_int_eq(rounds, SCHED_OVERTAKE_MAX + 1); /* overtaken exactly the cap */
+    ck_assert_uint_eq(head.s.overtaken, SCHED_OVERTAKE_MAX);
+    ck_assert_int_eq(sched_check(&s), 0);
+    sched_release(&s);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("sched");
@@ -345,6 +414,8 @@ int main(void)
     tcase_add_test(tc, test_naive_reserves_max_model_len);
     tcase_add_test(tc, test_assign_splits_among_workers);
     tcase_add_test(tc, test_finish_queued_and_cancel);
+    tcase_add_test(tc, test_cache_aware_admission);
+    tcase_add_test(tc, test_cache_aware_no_starvation);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);
