@@ -5,11 +5,12 @@
  *   config.c   settings              sched.c     batching/admission/preemption (pure)
  *   blockhash.c prefix block hashes  detok.c     streamed text + stop strings (pure)
  *   nnuv.c     nanomsg in libuv      bcli.c      async broker client
+ *   prefixhint.c believed prefix index (cache-aware admission order only)
  *   model.c    tokenizer + model facts (GGUF)
  *   request.c  one generate request: validation, tokens/done events, finish
  *   engine.c   the step cycle: plan -> broker pages -> worker steps -> results
  *   workers.c  worker processes: spawn, hello, steps, death, restart with back-off
- *   children.c spawning kvd-broker and waiting for its readiness
+ *   children.c spawning kvd-broker, its readiness, its death (-> kvd_broker_lost)
  *   client_ep.c kvd.sock + sessions;  admin_ep.c admin.sock
  *   main.c     start-up, signals, shutdown, sd_notify
  * Everything runs on the loop thread.
