@@ -2,7 +2,7 @@
  *
  * Invariants (prefix_check): each page has at most one entry and each hash maps to at
  * most one page; every entry is reachable from its bucket; n_entries counts them. The
- * daemon computes hashes (broker_hash_block); the index treats them as opaque bytes and
+ * daemon computes hashes (common/blockhash.h); the index treats them as opaque bytes and
  * buckets them by their first 8 bytes (already uniformly distributed). Chaining is
  * intrusive over per-page records, so memory is fixed at init: O(n_pages).
  * The index does not take page refs: the broker core keeps it in step with the pool

@@ -21,7 +21,7 @@
 #include "common/gguf.h"
 #include "common/tok.h"
 #include "daemon/bcli.h"
-#include "daemon/blockhash.h"
+#include "common/blockhash.h"
 #include "daemon/config.h"
 #include "daemon/detok.h"
 #include "daemon/nnuv.h"

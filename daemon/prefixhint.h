@@ -10,7 +10,7 @@
 #ifndef KVD_DAEMON_PREFIXHINT_H
 #define KVD_DAEMON_PREFIXHINT_H
 
-#include "daemon/blockhash.h"
+#include "common/blockhash.h"
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
 static int bm_fail(char err[WIRE_ERR_LEN], int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -23,58 +22,6 @@ static int bm_fail(char err[WIRE_ERR_LEN], int code, const char *fmt, ...)
         va_end(ap);
     }
     return code;
-}
-
-/* ---- block hash ---------------------------------------------------------------- */
-
-static void put_le32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_le64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-#define BM_HASH_TOKEN_BATCH 256 /* token ids converted to little-endian per update */
-
-int broker_hash_block(struct broker_hash *out, const struct broker_hash *parent,
-                      const uint32_t *tokens, size_t n, const struct broker_hash_key *key)
-{
-    if (n == 0 || !tokens || !key || key->salt_len > BROKER_SALT_MAX ||
-        (key->salt_len && !key->salt))
-        return -EINVAL;
-    XXH3_state_t *st = XXH3_createState();
-    if (!st)
-        return -ENOMEM;
-    XXH3_128bits_reset(st);
-    static const struct broker_hash zero;
-    XXH3_128bits_update(st, (parent ? parent : &zero)->b, BROKER_HASH_BYTES);
-    uint8_t tb[BM_HASH_TOKEN_BATCH * 4];
-    for (size_t i = 0; i < n;) {
-        size_t k = 0;
-        for (; k < BM_HASH_TOKEN_BATCH && i < n; k++, i++)
-            put_le32(tb + 4 * k, tokens[i]);
-        XXH3_128bits_update(st, tb, 4 * k);
-    }
-    uint8_t id[8 + 4 + 4 + 8];
-    put_le64(id, key->model_fp);
-    put_le32(id + 8, key->kv_dtype);
-    put_le32(id + 12, key->block_size);
-    put_le64(id + 16, key->salt_len);
-    XXH3_128bits_update(st, id, sizeof(id));
-    if (key->salt_len)
-        XXH3_128bits_update(st, key->salt, key->salt_len);
-    XXH128_hash_t h = XXH3_128bits_digest(st);
-    XXH3_freeState(st);
-    XXH128_canonical_t c;
-    XXH128_canonicalFromHash(&c, h);
-    _Static_assert(sizeof(c.digest) == BROKER_HASH_BYTES, "XXH3-128 is 16 bytes");
-    memcpy(out->b, c.digest, BROKER_HASH_BYTES);
-    return 0;
 }
 
 /* ---- pool descriptor as a map ------------------------------------------------- */

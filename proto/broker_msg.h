@@ -34,7 +34,7 @@
  *   a FULL block; the daemon never commits the partial last block). A hash already
  *   indexed to another page keeps that page (n counts only new entries). A page already
  *   indexed under another hash is err EMSG.
- * - hashes: 16 bytes each, opaque to the broker; computed by broker_hash_block().
+ * - hashes: 16 bytes each, opaque to the broker; computed by kvd with common/blockhash.h.
  * Errors: EMSG (malformed, unknown type or field, limit exceeded), EPROTO (version),
  * ENOTFOUND (unknown lease, or a block index past seq's pages), EMISMATCH, ENOPAGES,
  * EBUSY (lookup on a seq that holds pages), EOVERLOAD (BROKER_LEASES_MAX leases).
@@ -73,27 +73,11 @@
 #define BROKER_NAME_MAX 16             /* bytes of backend / dtype names in stats */
 #define BROKER_LEASE_TIMEOUT_MS_DEFAULT 3000 /* ms; a lease silent this long expires */
 #define BROKER_LEASE_TIMEOUT_MS_MAX 3600000  /* ms; one hour */
-#define BROKER_SALT_MAX 256            /* bytes of a cache_salt hashed into block hashes */
 #define BROKER_REQ_BYTES_MAX (256u << 10) /* bytes of one request; a full lookup is ~150 KB */
 
 struct broker_hash {
     uint8_t b[BROKER_HASH_BYTES];
 };
-
-/* What makes KV values of equal tokens differ: hashed into every block (issue 6). */
-struct broker_hash_key {
-    uint64_t model_fp;     /* gguf_model_fingerprint() */
-    uint32_t kv_dtype;     /* enum kv_dtype */
-    uint32_t block_size;   /* tokens per block */
-    const void *salt;      /* per-request cache_salt (tenant isolation); NULL: none */
-    size_t salt_len;       /* <= BROKER_SALT_MAX */
-};
-
-/* XXH3-128 over (parent hash or 16 zero bytes for block 0, the block's n token ids as
- * little-endian u32, model_fp, kv_dtype, block_size, salt_len, salt). Deterministic
- * across processes and hosts. 0, or -EINVAL (salt too long, n == 0). */
-int broker_hash_block(struct broker_hash *out, const struct broker_hash *parent,
-                      const uint32_t *tokens, size_t n, const struct broker_hash_key *key);
 
 /* ---- requests: client side ---------------------------------------------------- */
 int broker_req_attach_encode(struct wbuf *w, const char *client, uint32_t pid,

@@ -5,6 +5,7 @@
  * socket answered while the broker keeps serving, a second broker refused, the
  * command-line conventions (--help 0, unknown flag 64, bad config 78). */
 #include "broker_harness.h"
+#include "tests/unit/hash_helper.h"
 #include "common/err.h"
 #include "common/log.h"
 #include "common/pool_attach.h"
@@ -568,10 +569,9 @@ START_TEST(test_fdstore_restart)
     ck_assert_int_ge(pool_fd, 0);
     /* a daemon fills 3 blocks and commits them; a worker writes their KV */
     struct broker_hash hs[3];
-    struct broker_hash_key key = {0xfeed, 0, 4, NULL, 0};
     uint32_t toks[4] = {1, 2, 3, 4}, pages[3];
     for (int i = 0; i < 3; i++)
-        ck_assert_int_eq(broker_hash_block(&hs[i], i ? &hs[i - 1] : NULL, toks, 4, &key), 0);
+        hs[i] = test_hash_block(0xfeed, 4, i ? &hs[i - 1] : NULL, toks);
     int s = bh_connect(&h);
     uint64_t lease;
     struct pool_desc d1;

@@ -1,10 +1,11 @@
-/* test_prefix.c — broker/prefix (hash -> page index) and broker_hash_block (the chained
- * block hash): insert/find/match/remove, refusals, counters, prefix_check after each
- * mutation, a randomized run against a brute-force model, and hash identity rules
- * (salt, dtype, parent chaining, token order). */
+/* test_prefix.c — broker/prefix (hash -> page index): insert/find/match/remove, refusals,
+ * counters, prefix_check after each mutation, and a randomized run against a brute-force
+ * model. Hashes come from kvd's one recipe (common/blockhash.h); its identity rules
+ * (salt, dtype, parent chaining, token order) are tested in test_blockhash.c. */
 #include "broker/prefix.h"
 #include "common/err.h"
 #include "proto/broker_msg.h"
+#include "tests/unit/hash_helper.h"
 
 #include <check.h>
 #include <errno.h>
@@ -14,9 +15,8 @@
 static struct broker_hash hnum(uint32_t i)
 {
     struct broker_hash h;
-    const struct broker_hash_key key = {0xabcdefull, 0, 16, NULL, 0};
     uint32_t toks[2] = {i, i * 7u + 1u};
-    ck_assert_int_eq(broker_hash_block(&h, NULL, toks, 2, &key), 0);
+    h = test_hash_block(0xabcdefull, 2, NULL, toks);
     return h;
 }
 
@@ -67,42 +67,6 @@ START_TEST(test_match_longest_leading_run)
     ck_assert_uint_eq(px.st.hit_blocks, 2);
     ck_assert_int_eq(prefix_check(&px), 0);
     prefix_release(&px);
-}
-END_TEST
-
-START_TEST(test_hash_identity)
-{
-    uint32_t t[4] = {1, 2, 3, 4}, r[4] = {2, 1, 3, 4};
-    struct broker_hash_key k = {42, 0, 4, NULL, 0};
-    struct broker_hash h1, h2, parent;
-    ck_assert_int_eq(broker_hash_block(&h1, NULL, t, 4, &k), 0);
-    ck_assert_int_eq(broker_hash_block(&h2, NULL, t, 4, &k), 0);
-    ck_assert_mem_eq(h1.b, h2.b, BROKER_HASH_BYTES); /* deterministic */
-    ck_assert_int_eq(broker_hash_block(&h2, NULL, r, 4, &k), 0);
-    ck_assert(memcmp(h1.b, h2.b, BROKER_HASH_BYTES) != 0); /* token order matters */
-    parent = h1;
-    ck_assert_int_eq(broker_hash_block(&h2, &parent, t, 4, &k), 0);
-    ck_assert(memcmp(h1.b, h2.b, BROKER_HASH_BYTES) != 0); /* chained on the parent */
-    struct broker_hash_key k_f16 = k;
-    k_f16.kv_dtype = 1;
-    ck_assert_int_eq(broker_hash_block(&h2, NULL, t, 4, &k_f16), 0);
-    ck_assert(memcmp(h1.b, h2.b, BROKER_HASH_BYTES) != 0); /* other dtype never hits */
-    struct broker_hash_key k_salt = k;
-    k_salt.salt = "tenant-a";
-    k_salt.salt_len = 8;
-    ck_assert_int_eq(broker_hash_block(&h2, NULL, t, 4, &k_salt), 0);
-    ck_assert(memcmp(h1.b, h2.b, BROKER_HASH_BYTES) != 0); /* salts keep tenants apart */
-    struct broker_hash h3;
-    k_salt.salt = "tenant-b";
-    ck_assert_int_eq(broker_hash_block(&h3, NULL, t, 4, &k_salt), 0);
-    ck_assert(memcmp(h3.b, h2.b, BROKER_HASH_BYTES) != 0);
-    struct broker_hash_key k_fp = k;
-    k_fp.model_fp = 43;
-    ck_assert_int_eq(broker_hash_block(&h2, NULL, t, 4, &k_fp), 0);
-    ck_assert(memcmp(h1.b, h2.b, BROKER_HASH_BYTES) != 0);
-    ck_assert_int_eq(broker_hash_block(&h2, NULL, t, 0, &k), -EINVAL);
-    k_salt.salt_len = BROKER_SALT_MAX + 1;
-    ck_assert_int_eq(broker_hash_block(&h2, NULL, t, 4, &k_salt), -EINVAL);
 }
 END_TEST
 
@@ -171,8 +135,7 @@ int main(void)
     TCase *tc = tcase_create("prefix");
     tcase_add_test(tc, test_insert_find_remove);
     tcase_add_test(tc, test_match_longest_leading_run);
-    tcase_add_test(tc, test_hash_identity);
-    tcase_add_test(tc, test_randomized);
+        tcase_add_test(tc, test_randomized);
     tcase_set_timeout(tc, 120);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -1,5 +1,5 @@
 /* blockhash.c — chained XXH3_128 block hashes (see blockhash.h). */
-#include "daemon/blockhash.h"
+#include "common/blockhash.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -8,8 +8,8 @@
  * (positions follow from the chain). Hashes travel as 16 canonical (big-endian) bytes.
  * Pure functions; any thread.
  */
-#ifndef KVD_DAEMON_BLOCKHASH_H
-#define KVD_DAEMON_BLOCKHASH_H
+#ifndef KVD_COMMON_BLOCKHASH_H
+#define KVD_COMMON_BLOCKHASH_H
 
 #include <stdbool.h>
 #include <stddef.h>
