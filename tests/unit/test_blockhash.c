@@ -1,5 +1,5 @@
 /* test_blockhash.c — prefix block hashes: chaining, identity separation, known vector. */
-#include "daemon/blockhash.h"
+#include "common/blockhash.h"
 
 #include <check.h>
 #include <errno.h>
