@@ -6,23 +6,9 @@
 #include "common/err.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int bm_fail(char err[WIRE_ERR_LEN], int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int bm_fail(char err[WIRE_ERR_LEN], int code, const char *fmt, ...)
-{
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, WIRE_ERR_LEN, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
 
 /* ---- pool descriptor as a map ------------------------------------------------- */
 
@@ -95,7 +81,7 @@ int broker_pool_desc_get(const msgpack_object *map, bool partial, struct pool_de
     d.cuda_device = (int32_t)dev;
     if (!partial && (d.num_pages == 0 || d.n_chunks == 0 || d.pages_per_chunk == 0 ||
                      d.geom.page_bytes == 0))
-        return bm_fail(err, KVD_EMSG, "pool descriptor has zero pages, chunks or page bytes");
+        return wire_fail(err, KVD_EMSG, "pool descriptor has zero pages, chunks or page bytes");
     *out = d;
     return 0;
 }
@@ -246,7 +232,7 @@ int broker_req_evict_cached_encode(struct wbuf *w)
 int broker_msg_precheck(const void *buf, size_t len, size_t max_len, char err[WIRE_ERR_LEN])
 {
     if (len > max_len)
-        return bm_fail(err, KVD_EMSG, "message of %zu bytes exceeds the %zu byte limit", len,
+        return wire_fail(err, KVD_EMSG, "message of %zu bytes exceeds the %zu byte limit", len,
                        max_len);
     return wire_precheck(buf, len, err);
 }
@@ -275,15 +261,15 @@ static int get_hashes(const msgpack_object *map, const char *key, bool need_one,
         return rc;
     uint32_t cnt = a->via.array.size;
     if (need_one && cnt == 0)
-        return bm_fail(err, KVD_EMSG, "field '%s' must not be empty", key);
+        return wire_fail(err, KVD_EMSG, "field '%s' must not be empty", key);
     struct broker_hash *h = cnt ? calloc(cnt, sizeof(*h)) : NULL;
     if (cnt && !h)
-        return bm_fail(err, -ENOMEM, "out of memory");
+        return wire_fail(err, -ENOMEM, "out of memory");
     for (uint32_t i = 0; i < cnt; i++) {
         const msgpack_object *e = &a->via.array.ptr[i];
         if (e->type != MSGPACK_OBJECT_BIN || e->via.bin.size != BROKER_HASH_BYTES) {
             free(h);
-            return bm_fail(err, KVD_EMSG, "field '%s'[%u] must be a %d-byte bin", key, i,
+            return wire_fail(err, KVD_EMSG, "field '%s'[%u] must be a %d-byte bin", key, i,
                            BROKER_HASH_BYTES);
         }
         memcpy(h[i].b, e->via.bin.ptr, BROKER_HASH_BYTES);
@@ -332,7 +318,7 @@ static int decode_body(const msgpack_object *r, struct broker_req *q, char err[W
             (rc = wire_u32(r, "n", true, 0, BROKER_ALLOC_MAX, &q->n, err)))
             return rc;
         if (q->n == 0)
-            return bm_fail(err, KVD_EMSG, "field 'n' must be at least 1");
+            return wire_fail(err, KVD_EMSG, "field 'n' must be at least 1");
         return 0;
     case BROKER_REQ_FREE:
         if ((rc = wire_check_keys(r, k_free, err)) ||
@@ -363,7 +349,7 @@ static int decode_body(const msgpack_object *r, struct broker_req *q, char err[W
     case BROKER_REQ_COUNT_:
         break;
     }
-    return bm_fail(err, KVD_EINTERNAL, "request type out of range");
+    return wire_fail(err, KVD_EINTERNAL, "request type out of range");
 }
 
 int broker_req_decode(const struct wmsg *m, struct broker_req *out, char err[WIRE_ERR_LEN])
@@ -374,7 +360,7 @@ int broker_req_decode(const struct wmsg *m, struct broker_req *out, char err[WIR
         if (wmsg_is(m, req_names[i]))
             t = i;
     if (t < 0)
-        return bm_fail(err, KVD_EMSG, "unknown message type '%.40s'", m->type ? m->type : "");
+        return wire_fail(err, KVD_EMSG, "unknown message type '%.40s'", m->type ? m->type : "");
     out->type = (enum broker_req_type)t;
     int rc = decode_body(&m->root, out, err);
     if (rc)

@@ -5,23 +5,9 @@
 #include "common/err.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int bm_fail(char err[WIRE_ERR_LEN], int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int bm_fail(char err[WIRE_ERR_LEN], int code, const char *fmt, ...)
-{
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, WIRE_ERR_LEN, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
 
 /* ---- replies: encode ----------------------------------------------------------- */
 
@@ -139,7 +125,7 @@ static int rep_expect(const struct wmsg *m, const char *t, char err[WIRE_ERR_LEN
                      msg);
         return code;
     }
-    return bm_fail(err, KVD_EMSG, "unexpected reply '%.40s', expected '%s'",
+    return wire_fail(err, KVD_EMSG, "unexpected reply '%.40s', expected '%s'",
                    m->type ? m->type : "", t);
 }
 
@@ -263,14 +249,14 @@ static int get_dump_page(const msgpack_object *e, uint32_t i, struct broker_dump
                          char err[WIRE_ERR_LEN])
 {
     if (e->type != MSGPACK_OBJECT_ARRAY || e->via.array.size != 5)
-        return bm_fail(err, KVD_EMSG, "dump page %u is not a 5-entry array", i);
+        return wire_fail(err, KVD_EMSG, "dump page %u is not a 5-entry array", i);
     const msgpack_object *f = e->via.array.ptr;
     for (int k = 0; k < 3; k++)
         if (f[k].type != MSGPACK_OBJECT_POSITIVE_INTEGER || f[k].via.u64 > UINT32_MAX)
-            return bm_fail(err, KVD_EMSG, "dump page %u: field %d is not a u32", i, k);
+            return wire_fail(err, KVD_EMSG, "dump page %u: field %d is not a u32", i, k);
     if (f[3].type != MSGPACK_OBJECT_BOOLEAN || f[4].type != MSGPACK_OBJECT_ARRAY ||
         f[4].via.array.size % 2 || f[4].via.array.size > 2 * BROKER_DUMP_OWNERS_MAX)
-        return bm_fail(err, KVD_EMSG, "dump page %u: bad indexed flag or owner list", i);
+        return wire_fail(err, KVD_EMSG, "dump page %u: bad indexed flag or owner list", i);
     p->page = (uint32_t)f[0].via.u64;
     p->state = (uint32_t)f[1].via.u64;
     p->refcnt = (uint32_t)f[2].via.u64;
@@ -279,14 +265,14 @@ static int get_dump_page(const msgpack_object *e, uint32_t i, struct broker_dump
     for (uint32_t k = 0; k < f[4].via.array.size; k++) {
         const msgpack_object *o = &f[4].via.array.ptr[k];
         if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
-            return bm_fail(err, KVD_EMSG, "dump page %u: owner id is not a u64", i);
+            return wire_fail(err, KVD_EMSG, "dump page %u: owner id is not a u64", i);
         if (k % 2 == 0)
             p->owners[k / 2].lease = o->via.u64;
         else
             p->owners[k / 2].seq = o->via.u64;
     }
     if (p->state > BROKER_PAGE_CACHED)
-        return bm_fail(err, KVD_EMSG, "dump page %u: state %u unknown", i, p->state);
+        return wire_fail(err, KVD_EMSG, "dump page %u: state %u unknown", i, p->state);
     return 0;
 }
 
@@ -305,7 +291,7 @@ int broker_rep_dump_decode(const struct wmsg *m, struct broker_dump *out,
         return rc;
     d.n = a->via.array.size;
     if (d.n && !(d.pages = calloc(d.n, sizeof(*d.pages))))
-        return bm_fail(err, -ENOMEM, "out of memory");
+        return wire_fail(err, -ENOMEM, "out of memory");
     for (uint32_t i = 0; i < d.n; i++)
         if ((rc = get_dump_page(&a->via.array.ptr[i], i, &d.pages[i], err))) {
             broker_dump_release(&d);

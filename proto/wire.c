@@ -11,9 +11,7 @@
 
 #define WIRE_ZONE_CHUNK 4096 /* bytes; msgpack zone growth step */
 
-static int wire_fail(char err[WIRE_ERR_LEN], int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int wire_fail(char err[WIRE_ERR_LEN], int code, const char *fmt, ...)
+int wire_fail(char err[WIRE_ERR_LEN], int code, const char *fmt, ...)
 {
     if (err) {
         va_list ap;

@@ -42,6 +42,10 @@ void wire_put_strn(struct wbuf *w, const char *key, const char *s, size_t n);
 void wire_put_u32s(struct wbuf *w, const char *key, const uint32_t *v, size_t n);
 void wire_put_i32s(struct wbuf *w, const char *key, const int32_t *v, size_t n);
 void wire_put_bin(struct wbuf *w, const char *key, const void *p, size_t n);
+/* Writes a one-line message into err (may be NULL) and returns code: the one helper every
+ * decoder uses to fail. */
+int wire_fail(char err[WIRE_ERR_LEN], int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* A complete error reply: {"v","t":"err","code","msg"}. */
 void wire_error_reply(struct wbuf *w, int code, const char *msg);
 
