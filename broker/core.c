@@ -72,14 +72,14 @@ uint32_t broker_expire(struct broker *b, uint64_t now_ms)
         struct lease *l = b->leases.slot[i];
         if (!l || now_ms - l->last_ms < b->lease_timeout_ms)
             continue;
-        uint64_t id = l->id;
+        uint64_t num = l->num;
         char client[sizeof(l->client)];
         uint32_t pid = l->pid;
         memcpy(client, l->client, sizeof(client));
         uint64_t refs = broker_lease_end(b, l);
-        log_warn("lease %llu of '%s' (pid %u) expired after %u ms of silence: %llu page refs "
+        log_warn("lease #%llu of '%s' (pid %u) expired after %u ms of silence: %llu page refs "
                  "released",
-                 (unsigned long long)id, client, pid, b->lease_timeout_ms,
+                 (unsigned long long)num, client, pid, b->lease_timeout_ms,
                  (unsigned long long)refs);
         b->leases_expired++;
         n++;
@@ -93,6 +93,7 @@ uint32_t broker_expire(struct broker *b, uint64_t now_ms)
 struct hctx {
     struct broker *b;
     const struct broker_req *q;
+    const struct lease *lease;      /* set once get_lease found it (for the refusal log) */
     uint64_t now_ms;
     struct wbuf *w;
     char msg[WIRE_ERR_LEN];
@@ -111,11 +112,12 @@ static int hfail(struct hctx *h, int code, const char *fmt, ...)
 
 static int get_lease(struct hctx *h, struct lease **out)
 {
+    /* The id is a capability (lease.h): an unknown one is refused without saying more. */
     struct lease *l = lease_find(&h->b->leases, h->q->lease);
     if (!l)
-        return hfail(h, KVD_ENOTFOUND, "no lease %llu (expired or never attached)",
-                     (unsigned long long)h->q->lease);
+        return hfail(h, KVD_ENOTFOUND, "no such lease (expired, detached or never attached)");
     l->last_ms = h->now_ms;
+    h->lease = l;
     *out = l;
     return 0;
 }
@@ -129,7 +131,7 @@ static int h_attach(struct hctx *h)
     if ((rc = lease_new(&h->b->leases, h->q->client, h->q->pid, h->now_ms, &l)))
         return hfail(h, rc, "cannot create a lease: %s (limit %d leases)", kvd_strerror(rc),
                      BROKER_LEASES_MAX);
-    log_info("lease %llu attached by '%s' (pid %u)", (unsigned long long)l->id, l->client,
+    log_info("lease #%llu attached by '%s' (pid %u)", (unsigned long long)l->num, l->client,
              l->pid);
     return broker_rep_attach_encode(h->w, l->id, h->b->lease_timeout_ms, &h->b->desc);
 }
@@ -147,8 +149,9 @@ static int h_detach(struct hctx *h)
     int rc = get_lease(h, &l);
     if (rc)
         return rc;
-    uint64_t id = l->id, refs = broker_lease_end(h->b, l);
-    log_info("lease %llu detached: %llu page refs released", (unsigned long long)id,
+    uint64_t num = l->num, refs = broker_lease_end(h->b, l);
+    h->lease = NULL;
+    log_info("lease #%llu detached: %llu page refs released", (unsigned long long)num,
              (unsigned long long)refs);
     return broker_rep_ok_encode(h->w, refs);
 }
@@ -306,7 +309,7 @@ static int h_dump(struct hctx *h)
                     continue;
                 struct broker_dump_page *d = &dp[p - start];
                 if (d->n_owners < BROKER_DUMP_OWNERS_MAX)
-                    d->owners[d->n_owners++] = (struct broker_dump_owner){l->id, s->id};
+                    d->owners[d->n_owners++] = (struct broker_dump_owner){l->num, s->id};
             }
     }
     broker_rep_dump_begin(h->w, total, start, n);
@@ -349,8 +352,9 @@ int broker_handle(struct broker *b, const void *msg, size_t len, uint64_t now_ms
             h.q = &q;
             rc = handlers[q.type](&h);
             if (rc)
-                log_debug("%s from lease %llu refused: %s: %s", broker_req_name(q.type),
-                          (unsigned long long)q.lease, kvd_errname(rc), h.msg);
+                log_debug("%s from lease #%llu refused: %s: %s", broker_req_name(q.type),
+                          h.lease ? (unsigned long long)h.lease->num : 0ull, kvd_errname(rc),
+                          h.msg);
             broker_req_release(&q);
         }
     }
@@ -418,6 +422,8 @@ int broker_check(const struct broker *b)
     int rc = pool_check(&b->pool);
     if (!rc)
         rc = prefix_check(&b->prefix);
+    if (!rc)
+        rc = lease_table_check(&b->leases);
     if (rc)
         return rc;
     uint32_t n = b->pool.n_pages;
@@ -435,8 +441,8 @@ int broker_check(const struct broker *b)
             lease_refs += s->n;
         }
         if (l && lease_refs != l->n_refs) {
-            log_err("broker check: lease %llu counts %llu refs, its seqs hold %llu",
-                    (unsigned long long)l->id, (unsigned long long)l->n_refs,
+            log_err("broker check: lease #%llu counts %llu refs, its seqs hold %llu",
+                    (unsigned long long)l->num, (unsigned long long)l->n_refs,
                     (unsigned long long)lease_refs);
             rc = -EINVAL;
         }

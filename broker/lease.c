@@ -1,11 +1,13 @@
 #include "broker/lease.h"
 
 #include "common/err.h"
+#include "common/log.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #define LEASE_SEQ_CAP0 8 /* first page-list allocation of a sequence */
 
@@ -20,7 +22,7 @@ static uint32_t seq_bucket(uint64_t id)
 void lease_table_init(struct lease_table *t)
 {
     memset(t, 0, sizeof(*t));
-    t->next_id = 1;
+    t->next_num = 1;
 }
 
 static void seqs_free(struct lease *l)
@@ -43,45 +45,118 @@ void lease_table_release(struct lease_table *t)
     lease_table_init(t);
 }
 
+/* Position of id in by_id (found: *at is its index, true), or where it would go. */
+static bool by_id_search(const struct lease_table *t, uint64_t id, uint32_t *at)
+{
+    uint32_t lo = 0, hi = t->n;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (t->by_id[mid]->id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *at = lo;
+    return lo < t->n && t->by_id[lo]->id == id;
+}
+
+/* A random id that is nonzero and no live lease's; *at = its by_id insertion point. */
+static int lease_id_pick(const struct lease_table *t, uint64_t *id, uint32_t *at)
+{
+    for (int i = 0; i < LEASE_ID_TRIES; i++) {
+        uint64_t v;
+        ssize_t got = getrandom(&v, sizeof(v), 0);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            int rc = -errno;
+            log_err("cannot draw a lease id: getrandom: %s", kvd_strerror(rc));
+            return rc;
+        }
+        if (got != (ssize_t)sizeof(v) || v == 0 || by_id_search(t, v, at))
+            continue;
+        *id = v;
+        return 0;
+    }
+    log_err("cannot draw a lease id: %d random ids in a row were 0, short or taken",
+            LEASE_ID_TRIES);
+    return -EAGAIN;
+}
+
 int lease_new(struct lease_table *t, const char *client, uint32_t pid, uint64_t now_ms,
               struct lease **out)
 {
     if (t->n >= BROKER_LEASES_MAX)
         return KVD_EOVERLOAD;
+    uint64_t id = 0;
+    uint32_t at = 0;
+    int rc = lease_id_pick(t, &id, &at);
+    if (rc)
+        return rc;
     struct lease *l = calloc(1, sizeof(*l));
     if (!l)
         return -ENOMEM;
-    l->id = t->next_id++;
+    l->id = id;
+    l->num = t->next_num++;
     snprintf(l->client, sizeof(l->client), "%s", client);
     l->pid = pid;
     l->last_ms = now_ms;
     for (uint32_t i = 0; i < BROKER_LEASES_MAX; i++)
         if (!t->slot[i]) {
             t->slot[i] = l;
+            l->slot = i;
             break;
         }
+    memmove(&t->by_id[at + 1], &t->by_id[at], sizeof(t->by_id[0]) * (t->n - at));
+    t->by_id[at] = l;
     t->n++;
     *out = l;
     return 0;
 }
 
-struct lease *lease_find(struct lease_table *t, uint64_t id)
+struct lease *lease_find(const struct lease_table *t, uint64_t id)
 {
-    for (uint32_t i = 0; i < BROKER_LEASES_MAX; i++)
-        if (t->slot[i] && t->slot[i]->id == id)
-            return t->slot[i];
-    return NULL;
+    uint32_t at;
+    return id && by_id_search(t, id, &at) ? t->by_id[at] : NULL;
 }
 
 void lease_free(struct lease_table *t, struct lease *l)
 {
-    for (uint32_t i = 0; i < BROKER_LEASES_MAX; i++)
-        if (t->slot[i] == l) {
-            t->slot[i] = NULL;
-            t->n--;
-        }
+    uint32_t at;
+    KVD_BUG_ON(!by_id_search(t, l->id, &at) || t->by_id[at] != l || t->slot[l->slot] != l);
+    memmove(&t->by_id[at], &t->by_id[at + 1], sizeof(t->by_id[0]) * (t->n - at - 1));
+    t->n--;
+    t->by_id[t->n] = NULL;
+    t->slot[l->slot] = NULL;
     seqs_free(l);
     free(l);
+}
+
+int lease_table_check(const struct lease_table *t)
+{
+    uint32_t live = 0;
+    for (uint32_t i = 0; i < BROKER_LEASES_MAX; i++) {
+        const struct lease *l = t->slot[i];
+        if (!l)
+            continue;
+        live++;
+        uint32_t at;
+        if (l->slot != i || !l->id || !by_id_search(t, l->id, &at) || t->by_id[at] != l) {
+            log_err("lease check: lease #%llu in slot %u is not indexed by its id",
+                    (unsigned long long)l->num, i);
+            return -EINVAL;
+        }
+    }
+    if (live != t->n || t->n > BROKER_LEASES_MAX) {
+        log_err("lease check: %u live slots but %u leases indexed", live, t->n);
+        return -EINVAL;
+    }
+    for (uint32_t k = 1; k < t->n; k++)
+        if (t->by_id[k - 1]->id >= t->by_id[k]->id) {
+            log_err("lease check: id index not strictly sorted at %u", k);
+            return -EINVAL;
+        }
+    return 0;
 }
 
 struct lease_seq *lease_seq_find(struct lease *l, uint64_t seq)

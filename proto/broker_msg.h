@@ -17,10 +17,14 @@
  *  evict_cached   -                                       ok         n = cached pages evicted
  *
  * Semantics (the broker is the only authority on pages, DESIGN.md principle 2):
- * - attach gives a lease; all page refs are held under a lease and a sequence id (seq,
- *   chosen by the client, unique within its lease). A lease that sends nothing for
- *   lease_timeout_ms is expired and every ref it holds is released; any request naming
- *   the lease renews it; heartbeat exists for idle clients. detach releases at once.
+ * - attach gives a lease. Its id is an unguessable capability (64 random bits, never 0;
+ *   REP cannot identify a peer, so knowing the id is the authorisation): a client keeps
+ *   it to itself; any other value is ENOTFOUND. dump shows a lease's small display
+ *   number (lease #N in the broker's log), never its id. All page refs are held under
+ *   a lease and a sequence id (seq, chosen by the client, unique within its lease). A
+ *   lease that sends nothing for lease_timeout_ms is expired and every ref it holds is
+ *   released; any request naming the lease renews it; heartbeat exists for idle
+ *   clients. detach releases at once.
  *   expect: pool descriptor fields to check (absent or 0 = unchecked, pool_desc_check);
  *   a mismatch is err EMISMATCH naming the field, and no lease is created.
  * - alloc appends n pages (refcount 1) to seq's page list: all or nothing; ENOPAGES
@@ -167,7 +171,7 @@ struct broker_stats {
 };
 
 struct broker_dump_owner {
-    uint64_t lease;
+    uint64_t lease;                  /* the lease's display number (#N), not its id */
     uint64_t seq;
 };
 

@@ -3,6 +3,7 @@
 kvd_unit_test(test_pool SOURCES unit/test_pool.c LIBS kvdbroker TIMEOUT 120)
 kvd_unit_test(test_prefix SOURCES unit/test_prefix.c LIBS kvdbroker TIMEOUT 120)
 kvd_unit_test(test_broker_core SOURCES unit/test_broker_core.c LIBS kvdbroker TIMEOUT 120)
+kvd_unit_test(test_lease SOURCES unit/test_lease.c LIBS kvdbroker TIMEOUT 60)
 kvd_unit_test(test_broker_opts SOURCES unit/test_broker_opts.c LIBS kvdbroker TIMEOUT 60)
 # Real kvd-broker processes on real sockets in temp runtime dirs.
 add_library(kvdbrokerharness STATIC integration/broker_harness.c)

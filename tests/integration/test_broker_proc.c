@@ -2,7 +2,8 @@
  * dir: serve and clean stop, two worker processes attaching one host pool through
  * broker.fd and seeing each other's writes, descriptor mismatch at attach (worker side
  * and broker.sock side), lease release after a client is SIGKILLed, bad input on the
- * socket answered while the broker keeps serving, a second broker refused, the
+ * socket answered while the broker keeps serving, a foreign process guessing a lease id
+ * refused (QA item 11), a second broker refused, the
  * command-line conventions (--help 0, unknown flag 64, bad config 78). */
 #include "broker_harness.h"
 #include "tests/unit/hash_helper.h"
@@ -287,6 +288,48 @@ START_TEST(test_bad_input_on_socket)
     ck_assert_uint_eq(bs.errors, 6); /* five bad messages and one full-pool alloc */
     ck_assert_int_eq(bh_alloc(s, lease, 1, 2, NULL), 0);
     nn_close(s);
+    ck_assert_int_eq(bh_stop(&h), 0);
+}
+END_TEST
+
+/* QA item 11 on the real socket: kvd attaches and allocates; a second client (another
+ * nanomsg socket, as a foreign process would use) sends the reported raw message
+ * {"v":1,"t":"alloc","lease":1,"seq":424242,"n":5} and small guesses: all ENOTFOUND,
+ * no page changes hands, and two attaches got distinct non-sequential ids. */
+START_TEST(test_guessed_lease_on_socket)
+{
+    struct bh h;
+    const char *extra[] = {"--pool-bytes", "1M", NULL};
+    ck_assert_int_eq(bh_start(&h, extra, NULL), 0);
+    int kvd = bh_connect(&h), foreign = bh_connect(&h);
+    ck_assert_int_ge(kvd, 0);
+    ck_assert_int_ge(foreign, 0);
+    uint64_t lease, other;
+    ck_assert_int_eq(bh_attach(kvd, &lease, NULL), 0);
+    ck_assert_int_eq(bh_attach(foreign, &other, NULL), 0);
+    ck_assert_uint_ne(lease, other);
+    ck_assert_uint_ne(other, lease + 1);
+    ck_assert_uint_gt(lease, 1ull << 24); /* random: below 2^24 with probability 2^-40 */
+    ck_assert_int_eq(bh_alloc(kvd, lease, 1, 4, NULL), 0);
+    char msg[WIRE_ERR_LEN];
+    struct wbuf w;
+    wbuf_init(&w);
+    for (uint64_t g = 0; g <= BROKER_LEASES_MAX; g++) {
+        wire_begin(&w, "alloc", 3);
+        wire_put_u64(&w, "lease", g);
+        wire_put_u64(&w, "seq", 424242);
+        wire_put_u64(&w, "n", 5);
+        ck_assert_int_eq(reply_code(foreign, w.sb.data, w.sb.size, msg, sizeof(msg)),
+                         KVD_ENOTFOUND);
+        wbuf_release(&w);
+    }
+    struct broker_stats bs;
+    ck_assert_int_eq(bh_stats(foreign, &bs), 0);
+    ck_assert_uint_eq(bs.pages_used, 4);
+    ck_assert_uint_eq(bs.seqs, 1);
+    ck_assert_int_eq(bh_alloc(kvd, lease, 2, 1, NULL), 0);
+    nn_close(foreign);
+    nn_close(kvd);
     ck_assert_int_eq(bh_stop(&h), 0);
 }
 END_TEST
@@ -787,6 +830,7 @@ int main(void)
     tcase_add_test(tc, test_attach_mismatch);
     tcase_add_test(tc, test_sigkill_releases_lease);
     tcase_add_test(tc, test_bad_input_on_socket);
+    tcase_add_test(tc, test_guessed_lease_on_socket);
     tcase_add_test(tc, test_second_broker_refused);
     tcase_add_test(tc, test_command_line);
     tcase_add_test(tc, test_model_flag);

@@ -2,8 +2,9 @@
  * proto/broker_msg encoders and decoders, in process: attach/alloc/free/lookup/commit/
  * stats/dump/evict flows, lease expiry and detach, every bad-input case (malformed
  * msgpack, unknown type, unknown field, absurd sizes, wrong version, descriptor mismatch)
- * answered with a clear err that changes nothing, and a randomized multi-lease run with
- * broker_check() after every request. */
+ * answered with a clear err that changes nothing, a randomized multi-lease run with
+ * broker_check() after every request, and lease ids as capabilities (QA item 11: a
+ * foreign process guessing a lease id gets ENOTFOUND and changes nothing). */
 #include "broker/core.h"
 #include "common/err.h"
 #include "common/log.h"
@@ -253,7 +254,9 @@ START_TEST(test_prefix_flow)
     ck_assert_uint_eq(dump.n, T_PAGES);
     ck_assert_uint_eq(dump.pages[a[0]].state, BROKER_PAGE_USED);
     ck_assert_uint_eq(dump.pages[a[0]].n_owners, 1);
-    ck_assert_uint_eq(dump.pages[a[0]].owners[0].lease, l2);
+    /* owners show the display number (#2: second attach), never the capability */
+    ck_assert_uint_eq(dump.pages[a[0]].owners[0].lease, 2);
+    ck_assert_uint_ne(dump.pages[a[0]].owners[0].lease, l2);
     ck_assert_uint_eq(dump.pages[a[0]].owners[0].seq, 6);
     ck_assert_uint_eq(dump.pages[a[3]].state, BROKER_PAGE_CACHED);
     ck_assert(dump.pages[a[3]].indexed);
@@ -488,7 +491,7 @@ START_TEST(test_bad_input)
     wmsg_release(&m);
     /* unknown lease */
     broker_req_alloc_encode(&w, 4242, 1, 1);
-    expect_err(&b, &w, KVD_ENOTFOUND, "no lease 4242");
+    expect_err(&b, &w, KVD_ENOTFOUND, "no such lease");
     /* still serving: the first lease's pages are intact and alloc works */
     ck_assert_int_eq(do_alloc(&b, l, 1, 2, NULL), 0);
     ck_assert_uint_eq(do_stats(&b).pages_used, 4);
@@ -507,6 +510,87 @@ START_TEST(test_lease_limit)
     wbuf_init(&w);
     broker_req_attach_encode(&w, "one-too-many", 1, NULL);
     expect_err(&b, &w, KVD_EOVERLOAD, "limit");
+    broker_release(&b);
+}
+END_TEST
+
+/* QA item 11: a foreign process sends alloc/free/lookup/detach naming guessed lease ids
+ * (small integers, and the neighbours of a real id): every one is ENOTFOUND, no page
+ * changes hands, the real lease keeps working. */
+START_TEST(test_guessed_lease_refused)
+{
+    struct broker b;
+    struct pool_desc d = t_desc();
+    struct wbuf w;
+    struct broker_hash h[2];
+    mk_hashes(h, 2, 7);
+    ck_assert_int_eq(broker_init(&b, &d, T_TIMEOUT_MS, 0), 0);
+    uint64_t kvd = do_attach(&b, 0);
+    ck_assert_int_eq(do_alloc(&b, kvd, 1, 3, NULL), 0);
+    wbuf_init(&w);
+    uint64_t guesses[2 * BROKER_LEASES_MAX + 4];
+    size_t ng = 0;
+    for (uint64_t g = 0; g < 2 * BROKER_LEASES_MAX; g++)
+        guesses[ng++] = g;
+    guesses[ng++] = kvd + 1;
+    guesses[ng++] = kvd - 1;
+    guesses[ng++] = kvd ^ 1;
+    guesses[ng++] = kvd ^ (1ull << 63);
+    for (size_t i = 0; i < ng; i++) {
+        if (guesses[i] == kvd) /* cannot happen for a random id; skip rather than fail */
+            continue;
+        broker_req_alloc_encode(&w, guesses[i], 424242, 5);
+        expect_err(&b, &w, KVD_ENOTFOUND, "no such lease"); /* asserts nothing changed */
+        broker_req_free_encode(&w, guesses[i], 1);
+        expect_err(&b, &w, KVD_ENOTFOUND, "no such lease");
+        broker_req_lookup_encode(&w, guesses[i], 9, h, 2);
+        expect_err(&b, &w, KVD_ENOTFOUND, "no such lease");
+        broker_req_detach_encode(&w, guesses[i]);
+        expect_err(&b, &w, KVD_ENOTFOUND, "no such lease");
+    }
+    struct broker_stats s = do_stats(&b);
+    ck_assert_uint_eq(s.pages_used, 3);
+    ck_assert_uint_eq(s.seqs, 1);
+    ck_assert_uint_eq(s.leases, 1);
+    ck_assert_int_eq(do_alloc(&b, kvd, 2, 2, NULL), 0); /* the holder still can */
+    broker_req_free_encode(&w, kvd, 1);
+    ck_assert_int_eq(do_ok(&b, &w, 0, NULL), 3);
+    broker_release(&b);
+}
+END_TEST
+
+/* Attach ids are random capabilities: nonzero, distinct, not sequential, not small, and
+ * a detached lease's id is refused afterwards (an id is never handed out twice here). */
+START_TEST(test_lease_ids_random)
+{
+    struct broker b;
+    struct pool_desc d = t_desc();
+    struct wbuf w;
+    uint64_t ids[3 * BROKER_LEASES_MAX];
+    size_t n = 0;
+    ck_assert_int_eq(broker_init(&b, &d, T_TIMEOUT_MS, 0), 0);
+    wbuf_init(&w);
+    for (int round = 0; round < 3; round++) {
+        size_t first = n;
+        for (int i = 0; i < BROKER_LEASES_MAX; i++)
+            ids[n++] = do_attach(&b, 0);
+        for (size_t i = first; i < n; i++) {
+            broker_req_detach_encode(&w, ids[i]);
+            ck_assert_int_eq(do_ok(&b, &w, 0, NULL), 0);
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        /* P(a random 64-bit id below 2^24) = 2^-40: a small id means a counter */
+        ck_assert_uint_gt(ids[i], 1ull << 24);
+        if (i > 0) {
+            ck_assert_uint_ne(ids[i], ids[i - 1] + 1);
+            ck_assert_uint_ne(ids[i - 1], ids[i] + 1);
+        }
+        for (size_t j = 0; j < i; j++)
+            ck_assert_uint_ne(ids[i], ids[j]);
+        broker_req_heartbeat_encode(&w, ids[i]); /* all detached: all refused */
+        expect_err(&b, &w, KVD_ENOTFOUND, "no such lease");
+    }
     broker_release(&b);
 }
 END_TEST
@@ -549,6 +633,11 @@ START_TEST(test_randomized)
                                      1 + (size_t)(rand() % 4));
             break;
         case 5:
+            if (rand() % 20 == 1) { /* a foreign guess: refused, nothing changes */
+                broker_req_alloc_encode(&w, (uint64_t)(rand() % 8), seq, 1);
+                expect_err(&b, &w, KVD_ENOTFOUND, "no such lease");
+                continue;
+            }
             if (rand() % 20 == 0)
                 broker_req_evict_cached_encode(&w);
             else
@@ -714,6 +803,8 @@ int main(void)
     tcase_add_test(tc, test_lease_expiry);
     tcase_add_test(tc, test_bad_input);
     tcase_add_test(tc, test_lease_limit);
+    tcase_add_test(tc, test_guessed_lease_refused);
+    tcase_add_test(tc, test_lease_ids_random);
     tcase_add_test(tc, test_randomized);
     tcase_add_test(tc, test_desc_roundtrip);
     tcase_add_test(tc, test_cache_survives_lease_expiry);
