@@ -61,28 +61,108 @@ bool engine_is_idle(const struct kvd *d)
     return d->eng == ENG_IDLE || d->eng == ENG_WAITING;
 }
 
-/* Finishes requests whose end is decided: client cancel, session gone, timeout,
- * shutdown. Only called when no request is part of a step or a preparation. */
+/* The end decided for r now (0: none): client cancel, session gone, timeout, shutdown. */
+static int req_due_end(const struct kvd *d, const struct kvd_req *r, uint64_t now,
+                       const char **msg)
+{
+    bool grace_over = d->shutting_down && now >= d->shutdown_deadline_ms;
+    *msg = NULL;
+    if (r->end_code)
+        return r->end_code;
+    if (r->deadline_ms && now >= r->deadline_ms) {
+        *msg = "request timeout_ms passed";
+        return KVD_ETIMEDOUT;
+    }
+    if (d->shutting_down && (grace_over || r->seq.state != SCHED_RUNNING)) {
+        *msg = "kvd is shutting down";
+        return KVD_ESHUTDOWN;
+    }
+    return 0;
+}
+
+/* Finishes requests whose end is decided. A request in the step in flight cannot be
+ * freed (the step's entries point at it): its client is told now (req_end_early) and
+ * the request is finished when its slot completes or is abandoned. */
 static void engine_sweep(struct kvd *d)
 {
     uint64_t now = kvd_now_ms(d);
-    bool grace_over = d->shutting_down && now >= d->shutdown_deadline_ms;
     struct kvd_req *next;
     for (struct kvd_req *r = d->reqs; r; r = next) {
         next = r->a_next;
-        if (r->end_code)
-            req_finish(d, r, r->end_code, NULL);
-        else if (r->deadline_ms && now >= r->deadline_ms)
-            req_finish(d, r, KVD_ETIMEDOUT, "request timeout_ms passed");
-        else if (d->shutting_down && (grace_over || r->seq.state != SCHED_RUNNING))
-            req_finish(d, r, KVD_ESHUTDOWN, "kvd is shutting down");
+        const char *msg;
+        int code = req_due_end(d, r, now, &msg);
+        if (!code)
+            continue;
+        if (!r->in_step)
+            req_finish(d, r, code, msg);
+        else if (code < 0 && r->sess)
+            req_end_early(d, r, code, msg);
     }
 }
 
+/* Gives up slot sl of the step in flight: its requests leave the step (their end_code
+ * says how they end), a worker still computing it has its late result dropped. */
+static void slot_abandon(struct kvd *d, struct engine_slot *sl, int code)
+{
+    struct sched_plan *p = &d->sched.plan;
+    for (uint32_t k = 0; k < sl->n_entries; k++) {
+        struct kvd_req *r = entry_req(&p->entries[sl->entry_idx[k]]);
+        r->in_step = false;
+        r->worker = -1;
+        if (!r->end_code || r->end_code > 0)
+            r->end_code = code;
+    }
+    if (sl->worker >= 0) {
+        struct kvd_worker *w = &d->workers[sl->worker];
+        if (w->slot >= 0 && &d->slots[w->slot] == sl)
+            w->slot = -1;
+        sl->worker = -1;
+    }
+    sl->done = true;
+    d->slots_pending--;
+}
+
+/* True when every request of slot sl already has an error end (told to its client). */
+static bool slot_is_ended(struct kvd *d, const struct engine_slot *sl)
+{
+    struct sched_plan *p = &d->sched.plan;
+    for (uint32_t k = 0; k < sl->n_entries; k++)
+        if (entry_req(&p->entries[sl->entry_idx[k]])->end_code >= 0)
+            return false;
+    return true;
+}
+
+static void cycle_end(struct kvd *d, bool had_work);
+
 void engine_sweep_if_idle(struct kvd *d)
 {
-    if (engine_is_idle(d))
+    if (engine_is_idle(d)) {
         engine_sweep(d);
+        return;
+    }
+    if (d->eng != ENG_STEPPING)
+        return; /* preparing: bounded by the broker's reply timeout */
+    engine_sweep(d);
+    bool grace_over = d->shutting_down && kvd_now_ms(d) >= d->shutdown_deadline_ms;
+    for (uint32_t s = 0; s < d->n_slots; s++) {
+        struct engine_slot *sl = &d->slots[s];
+        if (sl->done)
+            continue;
+        if (grace_over) {
+            log_warn("shutdown grace over: abandoning step %llu (%u sequences)%s",
+                     (unsigned long long)sl->step_id, sl->n_entries,
+                     sl->worker >= 0 ? " still on a worker" : ", no worker took it");
+            slot_abandon(d, sl, KVD_ESHUTDOWN);
+        } else if (sl->worker < 0 && slot_is_ended(d, sl)) {
+            /* No worker computes it: nothing writes its pages, drop it. */
+            slot_abandon(d, sl, KVD_ECANCELLED);
+        }
+    }
+    if (d->slots_pending == 0) {
+        d->eng = ENG_WAITING;
+        engine_sweep(d);
+        cycle_end(d, true);
+    }
 }
 
 static void cycle_end(struct kvd *d, bool had_work)

@@ -222,6 +222,11 @@ void req_on_prompt_lp(struct kvd_req *r, uint32_t pos0, const struct step_seq_re
 /* Ends r: sends "done" (if the session lives), releases pages, frees r. code: 1 stop,
  * 2 length, else a negative kvd code (finish error/cancelled). */
 void req_finish(struct kvd *d, struct kvd_req *r, int code, const char *msg);
+/* Tells the client now that r ended (code < 0: cancelled, timeout, shutdown) while r is
+ * still part of a step in flight: sends "done", detaches r from its session and sets
+ * r->end_code; r itself (pages, sched state) is ended by req_finish once the step is
+ * over or abandoned, and its late result is discarded. */
+void req_end_early(struct kvd *d, struct kvd_req *r, int code, const char *msg);
 struct kvd_req *req_find(struct kvd_session *s, uint64_t id);
 /* Asks the broker to drop every page ref of q (fire and forget); q->n_pages = 0. */
 void kvd_release_seq_pages(struct kvd *d, struct sched_seq *q);
@@ -230,7 +235,12 @@ void kvd_release_seq_pages(struct kvd *d, struct sched_seq *q);
 
 /* engine.c */
 int engine_init(struct kvd *d);           /* after sched_init; 0 or -ENOMEM */
-void engine_sweep_if_idle(struct kvd *d); /* sweep timer: ends cancelled/timed out */
+/* Sweep timer: ends cancelled / timed-out / shut-down requests. Idle engine: finished
+ * at once. Step in flight: requests outside the step are finished, those inside are
+ * told at once (req_end_early); a slot no worker has taken whose requests all ended is
+ * dropped, and once the shutdown grace is over the whole step is abandoned (its late
+ * results are discarded), so a step never holds kvd past --grace-ms. */
+void engine_sweep_if_idle(struct kvd *d);
 void engine_kick(struct kvd *d);          /* work may be available */
 void engine_worker_idle(struct kvd *d);   /* a worker became idle */
 void engine_worker_lost(struct kvd *d, struct kvd_worker *w); /* its step must re-run */

@@ -329,15 +329,9 @@ void kvd_release_seq_pages(struct kvd *d, struct sched_seq *q)
     q->n_pages = 0;
 }
 
-void req_finish(struct kvd *d, struct kvd_req *r, int code, const char *msg)
+/* Sends r's "done" to its session (if any) and unlinks r from it: r->sess = NULL. */
+static void req_done_send(struct kvd *d, struct kvd_req *r, int code, const char *msg)
 {
-    KVD_BUG_ON(r->in_step);
-    if (r->seq.state != SCHED_DONE)
-        sched_finish(&d->sched, &r->seq);
-    if (r->holds_pages) {
-        kvd_release_seq_pages(d, &r->seq);
-        r->holds_pages = false;
-    }
     if (r->sess) {
         if (code > 0)
             req_stream(d, r, true);
@@ -405,7 +399,29 @@ void req_finish(struct kvd *d, struct kvd_req *r, int code, const char *msg)
             r->sess->reqs = r->s_next;
         if (r->s_next)
             r->s_next->s_prev = r->s_prev;
+        r->s_prev = r->s_next = NULL;
+        r->sess = NULL;
     }
+}
+
+void req_end_early(struct kvd *d, struct kvd_req *r, int code, const char *msg)
+{
+    KVD_BUG_ON(code >= 0);
+    if (!r->end_code || r->end_code > 0)
+        r->end_code = code;
+    req_done_send(d, r, code, msg);
+}
+
+void req_finish(struct kvd *d, struct kvd_req *r, int code, const char *msg)
+{
+    KVD_BUG_ON(r->in_step);
+    if (r->seq.state != SCHED_DONE)
+        sched_finish(&d->sched, &r->seq);
+    if (r->holds_pages) {
+        kvd_release_seq_pages(d, &r->seq);
+        r->holds_pages = false;
+    }
+    req_done_send(d, r, code, msg);
     if (code > 0)
         d->ctr.requests_finished++;
     else

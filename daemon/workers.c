@@ -324,8 +324,10 @@ void workers_stop(struct kvd *d)
         uv_timer_stop(&w->timer);
         if (!uv_is_closing((uv_handle_t *)&w->timer))
             uv_close((uv_handle_t *)&w->timer, NULL);
+        /* Every request has ended: a worker still busy runs an abandoned step (it may be
+         * hung or stopped, where SIGTERM would wait): kill it now. */
         if (w->proc_live && w->pid)
-            uv_process_kill(&w->proc, SIGTERM);
+            uv_process_kill(&w->proc, w->state == KW_BUSY ? SIGKILL : SIGTERM);
         if (w->nn_open && !w->nn.closing)
             nnuv_close(&w->nn, worker_nn_closed);
         if (w->state != KW_STARTING && w->state != KW_IDLE && w->state != KW_BUSY)

@@ -12,7 +12,7 @@ if(TARGET kvd AND TARGET kvdclient AND TARGET kvctl)
   # End to end: real kvd, kvd-broker and kvd-worker processes on real sockets (kvctl plays
   # a client process that dies without saying bye).
   set(KVD_E2E_DEPS kvd kvd-broker kvd-worker kvctl)
-  foreach(t test_kvd_e2e test_kvd_prefix)
+  foreach(t test_kvd_e2e test_kvd_prefix test_kvd_faults)
     if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/integration/${t}.c)
       kvd_unit_test(${t} SOURCES integration/${t}.c integration/test_kvd_harness.c
                     LIBS kvdclient kvdproto PkgConfig::NANOMSG TIMEOUT 600 LABELS integration)
