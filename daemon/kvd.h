@@ -47,6 +47,7 @@
 #define KVD_BROKER_BACKOFF_MIN_MS 200     /* first restart delay of a dead spawned broker */
 #define KVD_BROKER_BACKOFF_MAX_MS 5000    /* cap on that delay */
 #define KVD_BROKER_RESTARTS_MAX 20        /* then kvd gives up and stops (exit 1) */
+#define KVD_WORKER_EXIT_CONFIG 78         /* worker refused model/pool/options: no restart */
 
 struct kvd;
 struct kvd_session;

@@ -20,11 +20,17 @@ int model_open(struct kvd_model *m, const char *path)
     memset(m, 0, sizeof(*m));
     snprintf(m->path, sizeof(m->path), "%s", path);
     if ((rc = gguf_open(&m->gguf, path, err)) < 0) {
-        log_err("cannot open model '%s': %s", path, err);
+        log_err("cannot open model: %s", err); /* err names the file */
         return rc;
     }
     if ((rc = gguf_llama_hparams(&m->gguf, &m->hp, err)) < 0) {
         log_err("cannot use model '%s': %s", path, err);
+        goto out_close;
+    }
+    /* The worker runs the same check and exits 78 on failure: refuse here, once, with
+     * its message, rather than restart workers that can never load the model. */
+    if ((rc = gguf_llama_validate(&m->gguf, &m->hp, err)) < 0) {
+        log_err("cannot serve model: %s", err);
         goto out_close;
     }
     if ((rc = tok_load(&m->tok, &m->gguf, err)) < 0) {

@@ -172,6 +172,16 @@ static void worker_exit_cb(uv_process_t *p, int64_t status, int sig)
     if (d->shutting_down) {
         w->state = KW_STOPPED;
         log_info("worker %u exited (status %lld, signal %d)", w->index, (long long)status, sig);
+    } else if (sig == 0 && status == KVD_WORKER_EXIT_CONFIG) {
+        /* Not a crash: the worker refused the model, the pool or its options and would
+         * refuse again on every restart. Stop with the same code (systemd: no restart);
+         * requests in flight end with ESHUTDOWN. */
+        log_err("worker %u refused to run (exit %d: bad model, pool or option; its reason "
+                "is logged above): not restarting it, kvd stops",
+                w->index, KVD_WORKER_EXIT_CONFIG);
+        w->state = KW_STOPPED;
+        d->exit_code = KVD_WORKER_EXIT_CONFIG;
+        kvd_begin_shutdown(d, true);
     } else {
         uint64_t lived = kvd_now_ms(d) - w->started_ms;
         if (lived >= KVD_WORKER_STABLE_MS)

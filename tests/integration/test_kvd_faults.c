@@ -112,6 +112,67 @@ START_TEST(test_timeout_with_stopped_worker)
 }
 END_TEST
 
+/* Copies the bundled stories260K to `out` with tensor `name`'s ggml type set to `type`
+ * (the GGUF tensor info: u64 name length, name, u32 n_dims, u64 dims[n_dims], u32 type). */
+static void model_patch_type(const char *out, const char *name, uint32_t type)
+{
+    char src[512];
+    snprintf(src, sizeof(src), "%s/models/stories260K.gguf", getenv("KVD_SOURCE_DIR"));
+    FILE *f = fopen(src, "rb");
+    ck_assert_ptr_nonnull(f);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *buf = malloc((size_t)n);
+    ck_assert_ptr_nonnull(buf);
+    ck_assert_uint_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    uint64_t len = strlen(name);
+    unsigned char *at = NULL;
+    for (long i = 0; i + 8 + (long)len < n && !at; i++)
+        if (memcmp(buf + i, &len, 8) == 0 && memcmp(buf + i + 8, name, len) == 0)
+            at = buf + i + 8 + len;
+    ck_assert_ptr_nonnull(at);
+    uint32_t n_dims;
+    memcpy(&n_dims, at, 4);
+    ck_assert_uint_le(n_dims, 4);
+    memcpy(at + 4 + 8 * n_dims, &type, 4);
+    f = fopen(out, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(buf, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    free(buf);
+}
+
+#define GGML_TYPE_Q4_0 2 /* a type the worker cannot compute with */
+
+/* Defect 2: a model whose tensor the worker refuses (Q4_0) made kvd say "serving" and
+ * restart the worker forever. kvd must refuse it at start: exit 78 within seconds, the
+ * log naming the tensor. */
+START_TEST(test_refused_model_exits_78)
+{
+    char dir[256], model[300], log[4096] = "";
+    kh_tmpdir(dir);
+    snprintf(model, sizeof(model), "%s/q4.gguf", dir);
+    model_patch_type(model, "blk.0.attn_q.weight", GGML_TYPE_Q4_0);
+    const char *const extra[] = {"--model", model, NULL};
+    struct kh_kvd k;
+    uint64_t t0 = now_ms();
+    ck_assert_int_eq(kh_start(&k, "kvd", dir, "kvd.sock", extra), -ECHILD);
+    ck_assert_uint_lt(now_ms() - t0, 10000);
+    ck_assert_int_eq(k.status, 78);
+    FILE *f = fopen(k.log, "r");
+    ck_assert_ptr_nonnull(f);
+    size_t got = fread(log, 1, sizeof(log) - 1, f);
+    log[got] = '\0';
+    fclose(f);
+    ck_assert_msg(strstr(log, "blk.0.attn_q.weight") != NULL, "log: %s", log);
+    ck_assert_int_eq(kh_find_pid("kvd-broker", dir), 0);
+    ck_assert_int_eq(kh_find_pid("kvd-worker", dir), 0);
+    kh_rmdir(dir);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("kvd_faults");
@@ -119,6 +180,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_sigterm_with_stopped_worker);
     tcase_add_test(tc, test_timeout_with_stopped_worker);
+    tcase_add_test(tc, test_refused_model_exits_78);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);
