@@ -173,6 +173,45 @@ START_TEST(test_refused_model_exits_78)
 }
 END_TEST
 
+/* Defect 3: a random-weight model emits byte tokens that do not form UTF-8; kvd must
+ * replace them (U+FFFD) instead of failing the request (EINTERNAL) or dropping a
+ * streamed event: finish "length" with all 8 tokens, streamed or not. */
+START_TEST(test_invalid_utf8_output_delivered)
+{
+    char dir[256], model[300], cmd[1024];
+    kh_tmpdir(dir);
+    snprintf(model, sizeof(model), "%s/m.gguf", dir);
+    snprintf(cmd, sizeof(cmd),
+             "'%s/kvd-mkmodel' --out '%s' --dim 128 --layers 2 --heads 4 --kv-heads 2 "
+             "--dtype f16 >/dev/null 2>&1",
+             getenv("KVD_BIN_DIR"), model);
+    ck_assert_int_eq(system(cmd), 0);
+    const char *const extra[] = {"--model", model, NULL};
+    struct kh_kvd k;
+    struct kvd_client *c;
+    ck_assert_int_eq(kh_start(&k, "kvd", dir, "kvd.sock", extra), 0);
+    ck_assert_int_eq(kvd_connect(dir, 5000, &c), 0);
+    for (int stream = 0; stream <= 1; stream++) {
+        struct kvd_params p;
+        kvd_params_init(&p);
+        p.prompt = "hello";
+        p.max_tokens = 8;
+        p.temperature = 0;
+        p.stream = stream;
+        static struct kh_result r;
+        kh_generate(c, &p, GEN_TIMEOUT_MS, &r);
+        ck_assert_int_eq(r.rc, 0);
+        ck_assert_msg(r.finish == KVD_FINISH_LENGTH, "stream %d: finish %d code %d", stream,
+                      r.finish, r.code);
+        ck_assert_uint_eq(r.completion_tokens, 8);
+        ck_assert_uint_eq(r.n_tokens, 8);
+    }
+    kvd_close(c);
+    ck_assert_int_eq(kh_stop(&k, SIGTERM), 0);
+    kh_rmdir(dir);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("kvd_faults");
@@ -181,6 +220,7 @@ int main(void)
     tcase_add_test(tc, test_sigterm_with_stopped_worker);
     tcase_add_test(tc, test_timeout_with_stopped_worker);
     tcase_add_test(tc, test_refused_model_exits_78);
+    tcase_add_test(tc, test_invalid_utf8_output_delivered);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);

@@ -131,6 +131,98 @@ START_TEST(test_partial_utf8_held)
 }
 END_TEST
 
+/* Id of the byte-fallback token <0xNN>. */
+static int32_t byte_id(unsigned b)
+{
+    char name[8];
+    snprintf(name, sizeof(name), "<0x%02X>", b);
+    for (int32_t id = 0; id < (int32_t)tk.n_vocab; id++) {
+        const char *v = tok_vocab_str(&tk, id);
+        if (v && strcmp(v, name) == 0)
+            return id;
+    }
+    ck_abort_msg("no token %s", name);
+    return -1;
+}
+
+/* Streams the bytes as byte tokens; returns every delta concatenated, each checked to
+ * be valid UTF-8 on its own (the client protocol requires it per event). */
+static void stream_bytes(const unsigned char *bytes, size_t n, char *out, size_t cap)
+{
+    struct detok d;
+    ck_assert_int_eq(detok_init(&d, &tk, NULL, 0), 0);
+    size_t total = 0;
+    const char *t;
+    size_t tl;
+    for (size_t i = 0; i <= n; i++) {
+        if (i < n)
+            ck_assert_int_eq(detok_push(&d, byte_id(bytes[i])), 0);
+        detok_take(&d, i == n, &t, &tl);
+        ck_assert_msg(tok_utf8_complete_len(t, tl) == tl, "delta not UTF-8 complete");
+        ck_assert_uint_lt(total + tl, cap);
+        memcpy(out + total, t, tl);
+        total += tl;
+    }
+    out[total] = '\0';
+    detok_release(&d);
+}
+
+#define FFFD "\xEF\xBF\xBD"
+
+START_TEST(test_invalid_utf8_replaced)
+{
+    char out[64];
+    /* A lone continuation byte and a byte that never starts UTF-8. */
+    static const unsigned char a[] = {'a', 0x80, 'b', 0xFF, 'c'};
+    stream_bytes(a, sizeof(a), out, sizeof(out));
+    ck_assert_str_eq(out, "a" FFFD "b" FFFD "c");
+    /* A start byte broken by ASCII: the maximal subpart (E2 82) is one U+FFFD. */
+    static const unsigned char b[] = {0xE2, 0x82, 'x'};
+    stream_bytes(b, sizeof(b), out, sizeof(out));
+    ck_assert_str_eq(out, FFFD "x");
+    /* Overlong (C0 80) and surrogate (ED A0 80): not valid UTF-8. */
+    static const unsigned char c[] = {0xC0, 0x80, 0xED, 0xA0, 0x80};
+    stream_bytes(c, sizeof(c), out, sizeof(out));
+    ck_assert_str_eq(out, FFFD FFFD FFFD FFFD FFFD);
+}
+END_TEST
+
+START_TEST(test_incomplete_utf8_pending_then_completed)
+{
+    char out[64];
+    /* "€" (E2 82 AC) one byte per token: held until complete, then whole. */
+    static const unsigned char a[] = {'x', 0xE2, 0x82, 0xAC, 'y'};
+    stream_bytes(a, sizeof(a), out, sizeof(out));
+    ck_assert_str_eq(out, "x\xE2\x82\xAC" "y");
+    /* 4-byte "😀" (F0 9F 98 80). */
+    static const unsigned char b[] = {0xF0, 0x9F, 0x98, 0x80};
+    stream_bytes(b, sizeof(b), out, sizeof(out));
+    ck_assert_str_eq(out, "\xF0\x9F\x98\x80");
+}
+END_TEST
+
+START_TEST(test_incomplete_utf8_at_end)
+{
+    /* The stream ends inside a character: one U+FFFD at the end, nothing lost before. */
+    char out[64];
+    static const unsigned char a[] = {'o', 'k', 0xF0, 0x9F, 0x98};
+    stream_bytes(a, sizeof(a), out, sizeof(out));
+    ck_assert_str_eq(out, "ok" FFFD);
+    /* Non-streamed: the final take alone. */
+    struct detok d;
+    const char *t;
+    size_t tl;
+    ck_assert_int_eq(detok_init(&d, &tk, NULL, 0), 0);
+    ck_assert_int_eq(detok_push(&d, byte_id(0xE2)), 0);
+    ck_assert_int_eq(detok_push(&d, byte_id(0x41)), 0);
+    ck_assert_int_eq(detok_push(&d, byte_id(0xE2)), 0);
+    detok_take(&d, true, &t, &tl);
+    ck_assert_uint_eq(tl, 7);
+    ck_assert_mem_eq(t, FFFD "A" FFFD, 7);
+    detok_release(&d);
+}
+END_TEST
+
 START_TEST(test_bad_init)
 {
     struct detok d;
@@ -153,6 +245,9 @@ int main(void)
     tcase_add_test(tc, test_stop_string_spanning_tokens);
     tcase_add_test(tc, test_stop_prefix_held_back);
     tcase_add_test(tc, test_partial_utf8_held);
+    tcase_add_test(tc, test_invalid_utf8_replaced);
+    tcase_add_test(tc, test_incomplete_utf8_pending_then_completed);
+    tcase_add_test(tc, test_incomplete_utf8_at_end);
     tcase_add_test(tc, test_bad_init);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
