@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
@@ -173,6 +174,12 @@ int main(int argc, char **argv)
         return rc == 1 ? 0 : rc;
     log_setup("kvd-broker", o.log_level);
     signal(SIGPIPE, SIG_IGN);
+    /* Die with the kvd that spawned us; the getppid check closes the race where it died
+     * before the prctl. */
+    if (o.parent_pid && (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != o.parent_pid)) {
+        log_err("parent %d is gone: not starting", o.parent_pid);
+        return 1;
+    }
 
     char dir[PATHS_MAX];
     if ((rc = paths_runtime_dir(dir, sizeof(dir), o.runtime_dir)) || (rc = paths_ensure_dir(dir))) {

@@ -36,6 +36,7 @@ static const char usage[] =
     "  --runtime-dir DIR       sockets directory (default $KVD_RUNTIME_DIR, else\n"
     "                          $XDG_RUNTIME_DIR/kvd, else /tmp/kvd-$UID)\n"
     "  --ready-fd N            write \"ready\\n\" to fd N once serving, then close it\n"
+    "  --exit-with-parent PID  get SIGTERM when parent PID dies (kvd passes its own pid)\n"
     "  --log-level error|warn|info|debug   (default info)\n"
     "  --help                  this text\n"
     "Under systemd (NOTIFY_SOCKET set) it sends READY=1, STATUS= and WATCHDOG=1, and parks\n"
@@ -59,6 +60,7 @@ enum {
     OPT_LEASE_TIMEOUT,
     OPT_RUNTIME_DIR,
     OPT_READY_FD,
+    OPT_EXIT_WITH_PARENT,
     OPT_LOG_LEVEL,
     OPT_HELP,
 };
@@ -78,6 +80,7 @@ static const struct option longopts[] = {
     {"lease-timeout-ms", required_argument, NULL, OPT_LEASE_TIMEOUT},
     {"runtime-dir", required_argument, NULL, OPT_RUNTIME_DIR},
     {"ready-fd", required_argument, NULL, OPT_READY_FD},
+    {"exit-with-parent", required_argument, NULL, OPT_EXIT_WITH_PARENT},
     {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
@@ -207,6 +210,11 @@ int broker_opts_parse(struct broker_opts *o, int argc, char **argv, FILE *out)
             if (parse_u32(a, 0, INT32_MAX, &u))
                 return bad("--ready-fd", a, "expected a file descriptor number");
             o->ready_fd = (int)u;
+            break;
+        case OPT_EXIT_WITH_PARENT:
+            if (parse_u32(a, 1, INT32_MAX, &u))
+                return bad("--exit-with-parent", a, "expected a process id");
+            o->parent_pid = (int)u;
             break;
         case OPT_LOG_LEVEL:
             if (log_level_parse(a, &o->log_level))

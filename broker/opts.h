@@ -38,6 +38,7 @@ struct broker_opts {
     uint32_t backend;           /* enum mem_backend; MEM_BACKEND_ANY = auto */
     bool cuda_fallback;         /* "cuda" or auto: cuda-ipc when cuda-vmm fails */
     int ready_fd;               /* -1: none */
+    int parent_pid;             /* --exit-with-parent: SIGTERM when it dies; 0: none */
     uint32_t lease_timeout_ms;
     int cuda_device;
 };

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define BROKER_ARGV_MAX 32
 #define READY_LINE "ready\n"
@@ -95,7 +96,9 @@ static void broker_exit_cb(uv_process_t *p, int64_t status, int sig)
     struct kvd *d = p->data;
     uv_close((uv_handle_t *)p, broker_proc_closed);
     if (d->broker_ready_ctx) {
-        log_err("kvd-broker exited before ready (status %lld, signal %d)", (long long)status, sig);
+        log_err("kvd-broker exited before ready (status %lld, signal %d); if another broker "
+                "serves this runtime dir, stop it, or reuse it with `kvd --broker DIR`",
+                (long long)status, sig);
         spawn_report(d->broker_ready_ctx, KVD_EPEER);
         return;
     }
@@ -115,7 +118,8 @@ int broker_spawn(struct kvd *d, void (*ready_cb)(struct kvd *d, int status))
         return -ENOMEM;
     c->d = d;
     c->ready_cb = ready_cb;
-    char bin[CONFIG_PATH_MAX + 16], bs[16], pool[32];
+    char bin[CONFIG_PATH_MAX + 16], bs[16], pool[32], ppid[16];
+    snprintf(ppid, sizeof(ppid), "%d", (int)getpid());
     snprintf(bin, sizeof(bin), "%s/kvd-broker", d->bin_dir);
     snprintf(bs, sizeof(bs), "%u", d->cfg.block_size);
     snprintf(pool, sizeof(pool), "%llu", (unsigned long long)d->cfg.pool_bytes);
@@ -137,6 +141,8 @@ int broker_spawn(struct kvd *d, void (*ready_cb)(struct kvd *d, int status))
     args[a++] = d->cfg.backend;
     args[a++] = "--ready-fd";
     args[a++] = "3";
+    args[a++] = "--exit-with-parent"; /* a SIGKILLed kvd leaves no broker behind */
+    args[a++] = ppid;
     args[a++] = "--log-level";
     args[a++] = (char *)lvl[d->cfg.log_level];
     args[a] = NULL;

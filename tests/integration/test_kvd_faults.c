@@ -212,6 +212,38 @@ START_TEST(test_invalid_utf8_output_delivered)
 }
 END_TEST
 
+/* Defect 4: a SIGKILLed kvd left its spawned kvd-broker running, and the next kvd in the
+ * same runtime dir was refused. The broker must die with kvd; the new kvd serves. */
+START_TEST(test_restart_after_sigkill)
+{
+    char dir[256];
+    struct kh_kvd k;
+    kh_tmpdir(dir);
+    ck_assert_int_eq(kh_start(&k, "kvd", dir, "kvd.sock", NULL), 0);
+    pid_t broker = kh_find_pid("kvd-broker", dir);
+    ck_assert_int_gt(broker, 0);
+    ck_assert_int_eq(kh_stop(&k, SIGKILL), 128 + SIGKILL);
+    for (int i = 0; i < 50 && kill(broker, 0) == 0; i++)
+        usleep(100 * 1000);
+    ck_assert_msg(kill(broker, 0) < 0, "kvd-broker %d outlived kvd", (int)broker);
+    ck_assert_int_eq(kh_start(&k, "kvd", dir, "kvd.sock", NULL), 0);
+    struct kvd_client *c;
+    ck_assert_int_eq(kvd_connect(dir, 5000, &c), 0);
+    struct kvd_params p;
+    kvd_params_init(&p);
+    p.prompt = "Once upon a time";
+    p.max_tokens = 4;
+    p.temperature = 0;
+    static struct kh_result r;
+    kh_generate(c, &p, GEN_TIMEOUT_MS, &r);
+    ck_assert_int_eq(r.rc, 0);
+    ck_assert_int_eq(r.finish, KVD_FINISH_LENGTH);
+    kvd_close(c);
+    ck_assert_int_eq(kh_stop(&k, SIGTERM), 0);
+    kh_rmdir(dir);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("kvd_faults");
@@ -221,6 +253,7 @@ int main(void)
     tcase_add_test(tc, test_timeout_with_stopped_worker);
     tcase_add_test(tc, test_refused_model_exits_78);
     tcase_add_test(tc, test_invalid_utf8_output_delivered);
+    tcase_add_test(tc, test_restart_after_sigkill);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);
