@@ -1,6 +1,7 @@
-/* kvctl.h — the admin CLI's commands (kvctl [--runtime-dir DIR] [--json] COMMAND).
+/* kvctl.h — the admin CLI's commands (kvctl [GLOBAL FLAGS] COMMAND [FLAGS]; the global
+ * flags --runtime-dir, --json, --timeout-ms, --log-level go before or after COMMAND).
  *
- * Each command takes its own argv (argv[0] = command name), talks to kvd over
+ * Each command takes its own argv (argv[0] = command name, global flags removed), talks to kvd over
  * admin.sock (kvctl_admin.h) or kvd.sock (the SDK), prints aligned text or, with
  * --json, one JSON object (documented in tools/README-kvctl.md), and returns the process
  * exit code: 0, KVCTL_EX_USAGE (bad flags), KVCTL_EX_UNAVAILABLE (kvd missing, dead or
@@ -18,6 +19,7 @@
 #define KVCTL_EX_USAGE 64          /* sysexits EX_USAGE */
 #define KVCTL_EX_UNAVAILABLE 69    /* sysexits EX_UNAVAILABLE */
 #define KVCTL_TIMEOUT_MS_DEFAULT 3000 /* per admin call / SDK connect */
+#define KVCTL_TIMEOUT_MS_MAX 600000   /* --timeout-ms upper bound (10 min) */
 
 struct kvctl {
     const char *runtime_dir;      /* NULL: paths.h default */

@@ -15,6 +15,11 @@
 #include <string.h>
 
 #define KVCTL_GEN_WAIT_MS 600000   /* longest kvctl generate waits for a DONE (10 min) */
+#define GEN_MAX_TOKENS_MAX 1000000000u /* --max-tokens bound (kvd caps at max_model_len) */
+#define GEN_TEMPERATURE_MAX 100.0      /* --temperature bound */
+#define GEN_TOP_K_MAX 1000000u         /* --top-k bound (above any vocabulary we load) */
+#define GEN_TIMEOUT_MS_MAX 86400000u   /* --timeout-ms bound (one day) */
+
 
 /* Growing copies of what the stream delivered (for --json with --stream). */
 struct gen_acc {
@@ -117,12 +122,57 @@ static int parse_tokens(const char *s, uint32_t **out, size_t *n)
     return 0;
 }
 
+/* The defaults printed are read from KVD_PARAMS_INIT, so they cannot drift from the SDK. */
 static void usage_gen(FILE *f)
 {
-    fprintf(f, "usage: kvctl generate (--prompt TEXT | --tokens ID,ID,...) [--max-tokens N]\n"
-               "       [--temperature T] [--top-k K] [--top-p P] [--seed S] [--stop STR]...\n"
-               "       [--logprobs K] [--prompt-logprobs] [--ignore-eos] [--stream]\n"
-               "       [--cache-salt S] [--timeout-ms MS]\n");
+    const struct kvd_params d = KVD_PARAMS_INIT;
+    fprintf(f,
+            "usage: kvctl generate (--prompt TEXT | --tokens ID,ID,...) [flags]\n"
+            "One request through libkvd-client; prints the text (stderr: a summary line).\n"
+            "  --prompt TEXT        UTF-8 text, tokenized by kvd (BOS added)\n"
+            "  --tokens ID,...      or token ids, used as given\n"
+            "  --max-tokens N       tokens to generate, 1..%u (default %u)\n"
+            "  --temperature T      0..%g; 0 = greedy (default %.1f: sampling, as vLLM;\n"
+            "                       pass --temperature 0 for reproducible output)\n"
+            "  --top-k K            0..%u; 0 = off (default %u)\n"
+            "  --top-p P            0..1 (default %.1f = off)\n"
+            "  --seed S             0..2^64-1 (default: kvd picks one)\n"
+            "  --stop STR           stop string, up to %d times (default none)\n"
+            "  --logprobs K         0..%d top alternatives per token (default 0)\n"
+            "  --prompt-logprobs    logprobs of the prompt tokens too (default off)\n"
+            "  --ignore-eos         generate exactly --max-tokens (default off)\n"
+            "  --stream             print text as it comes (default: at the end)\n"
+            "  --cache-salt S       share cached prefixes only within S (default none)\n"
+            "  --timeout-ms MS      request deadline, 0..%u; kvd ends it with ETIMEDOUT\n"
+            "                       (default 0 = none); also caps the connect wait\n"
+            "  --json               one JSON object {text, tokens, finish_reason, ...}\n"
+            "  --runtime-dir DIR    where kvd's sockets are (global flag, see kvctl --help)\n"
+            "  --log-level L        error|warn|info|debug (default warn)\n"
+            "  --help               this text\n"
+            "Without --timeout-ms, kvctl waits up to %d s for the request to end.\n"
+            "exit: 0 stop/length, 1 cancelled/error, 64 usage, 69 kvd unreachable\n",
+            GEN_MAX_TOKENS_MAX, d.max_tokens, GEN_TEMPERATURE_MAX, d.temperature, GEN_TOP_K_MAX,
+            d.top_k, d.top_p, KVD_MAX_STOP,
+            KVD_MAX_LOGPROBS, GEN_TIMEOUT_MS_MAX, KVCTL_GEN_WAIT_MS / 1000);
+}
+
+enum gen_opt { O_PROMPT = 1, O_TOKENS, O_MAXTOK, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_STOP, O_LP,
+               O_PLP, O_IGN, O_STREAM, O_SALT, O_TMO, O_HELP };
+
+/* What a flag accepts, for the bad-value message; writes it to buf. */
+static const char *gen_expect(int opt, char *buf, size_t len)
+{
+    switch (opt) {
+    case O_MAXTOK: snprintf(buf, len, "an integer 1..%u", GEN_MAX_TOKENS_MAX); break;
+    case O_TEMP: snprintf(buf, len, "a number 0..%g; 0 = greedy", GEN_TEMPERATURE_MAX); break;
+    case O_TOPK: snprintf(buf, len, "an integer 0..%u; 0 = off", GEN_TOP_K_MAX); break;
+    case O_TOPP: snprintf(buf, len, "a number 0..1"); break;
+    case O_SEED: snprintf(buf, len, "an integer 0..%llu", (unsigned long long)UINT64_MAX); break;
+    case O_LP: snprintf(buf, len, "an integer 0..%d", KVD_MAX_LOGPROBS); break;
+    case O_TMO: snprintf(buf, len, "milliseconds 0..%u; 0 = none", GEN_TIMEOUT_MS_MAX); break;
+    default: snprintf(buf, len, "see kvctl generate --help"); break;
+    }
+    return buf;
 }
 
 static bool parse_num(const char *s, double lo, double hi, double *out)
@@ -138,8 +188,6 @@ static bool parse_num(const char *s, double lo, double hi, double *out)
 
 int kvctl_cmd_generate(const struct kvctl *k, int argc, char **argv)
 {
-    enum { O_PROMPT = 1, O_TOKENS, O_MAXTOK, O_TEMP, O_TOPK, O_TOPP, O_SEED, O_STOP, O_LP,
-           O_PLP, O_IGN, O_STREAM, O_SALT, O_TMO, O_HELP };
     static const struct option opts[] = {
         {"prompt", required_argument, 0, O_PROMPT},   {"tokens", required_argument, 0, O_TOKENS},
         {"max-tokens", required_argument, 0, O_MAXTOK}, {"temperature", required_argument, 0, O_TEMP},
@@ -158,27 +206,29 @@ int kvctl_cmd_generate(const struct kvctl *k, int argc, char **argv)
     p.stop = stops;
     optind = 1;
     opterr = 0;
-    while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    int li = -1;
+    while ((li = -1, opt = getopt_long(argc, argv, "", opts, &li)) != -1) {
         switch (opt) {
         case O_PROMPT: p.prompt = optarg; break;
         case O_TOKENS:
             free(toks);
             if (parse_tokens(optarg, &toks, &p.n_tokens)) {
-                kvctl_error("generate: --tokens needs ids like 1,2,3");
+                kvctl_error("generate: bad value '%s' for --tokens (expected ids 0..%u like 1,2,3)",
+                            optarg, UINT32_MAX);
                 return KVCTL_EX_USAGE;
             }
             p.tokens = toks;
             break;
         case O_MAXTOK:
-            if (!parse_num(optarg, 1, 1e9, &v)) goto bad_value;
+            if (!parse_num(optarg, 1, GEN_MAX_TOKENS_MAX, &v)) goto bad_value;
             p.max_tokens = (uint32_t)v;
             break;
         case O_TEMP:
-            if (!parse_num(optarg, 0, 100, &v)) goto bad_value;
+            if (!parse_num(optarg, 0, GEN_TEMPERATURE_MAX, &v)) goto bad_value;
             p.temperature = v;
             break;
         case O_TOPK:
-            if (!parse_num(optarg, 0, 1e6, &v)) goto bad_value;
+            if (!parse_num(optarg, 0, GEN_TOP_K_MAX, &v)) goto bad_value;
             p.top_k = (uint32_t)v;
             break;
         case O_TOPP:
@@ -210,7 +260,7 @@ int kvctl_cmd_generate(const struct kvctl *k, int argc, char **argv)
         case O_STREAM: p.stream = true; break;
         case O_SALT: p.cache_salt = optarg; break;
         case O_TMO:
-            if (!parse_num(optarg, 0, 86400000, &v)) goto bad_value;
+            if (!parse_num(optarg, 0, GEN_TIMEOUT_MS_MAX, &v)) goto bad_value;
             p.timeout_ms = (uint32_t)v;
             break;
         case O_HELP:
@@ -218,7 +268,9 @@ int kvctl_cmd_generate(const struct kvctl *k, int argc, char **argv)
             free(toks);
             return 0;
         default:
-            kvctl_error("generate: unknown or incomplete option '%s'", argv[optind - 1]);
+            kvctl_error("generate: unknown option or missing value '%s' (see kvctl generate "
+                        "--help)",
+                        argv[optind - 1]);
             usage_gen(stderr);
             free(toks);
             return KVCTL_EX_USAGE;
@@ -232,7 +284,10 @@ int kvctl_cmd_generate(const struct kvctl *k, int argc, char **argv)
     }
 
     struct kvd_client *c;
-    if ((rc = kvd_connect(k->runtime_dir, k->timeout_ms, &c))) {
+    int conn_ms = k->timeout_ms;
+    if (p.timeout_ms && p.timeout_ms < (uint32_t)conn_ms)
+        conn_ms = (int)p.timeout_ms; /* the request's deadline bounds the whole call */
+    if ((rc = kvd_connect(k->runtime_dir, conn_ms, &c))) {
         kvctl_error("cannot connect to kvd%s%s: %s%s", k->runtime_dir ? " in " : "",
                     k->runtime_dir ? k->runtime_dir : "", kvd_strerror(rc),
                     rc == -ENOENT || rc == -ECONNREFUSED ? " (is kvd running?)" : "");
@@ -315,8 +370,10 @@ out:
     free(acc.text);
     free(toks);
     return ex;
-bad_value:
-    kvctl_error("generate: bad value '%s' for %s", optarg, argv[optind - 1]);
+bad_value:;
+    char expect[64];
+    kvctl_error("generate: bad value '%s' for --%s (expected %s)", optarg,
+                li >= 0 ? opts[li].name : "?", gen_expect(opt, expect, sizeof(expect)));
     free(toks);
     return KVCTL_EX_USAGE;
 }
