@@ -17,6 +17,14 @@
 #define BENCH_REQUESTS_DEFAULT 200      /* synthetic workloads */
 #define BENCH_CONCURRENCY_DEFAULT 8     /* closed loop when neither --rate nor a trace */
 #define BENCH_TIMEOUT_MS_DEFAULT 3000
+#define BENCH_TIMEOUT_MS_MAX 600000     /* --timeout-ms bound (10 min) */
+#define BENCH_CONCURRENCY_MAX 100000u   /* --concurrency bound */
+#define BENCH_RATE_MIN 1e-3             /* --rate and --time-scale lower bound */
+#define BENCH_RATE_MAX 1e6              /* --rate bound (requests/s) */
+#define BENCH_SCALE_MAX 1e6             /* --duration, --prefix-len, --*-scale bound */
+#define BENCH_DURATION_MIN_S 0.1        /* --duration lower bound */
+#define BENCH_SAMPLE_MS_MIN 10          /* --sample-ms bounds */
+#define BENCH_SAMPLE_MS_MAX 60000
 
 static void usage(FILE *f)
 {
@@ -48,6 +56,32 @@ static void usage(FILE *f)
             BENCH_CONCURRENCY_DEFAULT, BENCH_REQUESTS_DEFAULT, BENCH_SHARED_PREFIXES);
 }
 
+enum bench_opt { O_DIR = 1, O_SYN, O_TRACE, O_CONC, O_RATE, O_REQ, O_DUR, O_SEED, O_PLEN,
+                 O_TSC, O_TOSC, O_TIME, O_SMS, O_TL, O_LABEL, O_JSON, O_NOPROG, O_TMO, O_LOG,
+                 O_HELP };
+
+/* What a flag accepts, for the bad-value message (the bounds main() checks); into buf. */
+static const char *bench_expect(int opt, char *buf, size_t len)
+{
+    switch (opt) {
+    case O_SYN: snprintf(buf, len, "chat|shared-prefix|long"); break;
+    case O_CONC: snprintf(buf, len, "an integer 1..%u", BENCH_CONCURRENCY_MAX); break;
+    case O_RATE: snprintf(buf, len, "requests/s %g..%g", BENCH_RATE_MIN, BENCH_RATE_MAX); break;
+    case O_REQ: snprintf(buf, len, "an integer 1..%u", (unsigned)BENCH_MAX_REQUESTS); break;
+    case O_DUR: snprintf(buf, len, "seconds %g..%g", BENCH_DURATION_MIN_S, BENCH_SCALE_MAX); break;
+    case O_SEED: snprintf(buf, len, "an integer 0..1e18"); break;
+    case O_PLEN: snprintf(buf, len, "tokens 1..%g", BENCH_SCALE_MAX); break;
+    case O_TSC:
+    case O_TOSC: snprintf(buf, len, "a divisor 1..%g", BENCH_SCALE_MAX); break;
+    case O_TIME: snprintf(buf, len, "a factor %g..%g", BENCH_RATE_MIN, BENCH_SCALE_MAX); break;
+    case O_SMS: snprintf(buf, len, "milliseconds %d..%d", BENCH_SAMPLE_MS_MIN, BENCH_SAMPLE_MS_MAX); break;
+    case O_TMO: snprintf(buf, len, "milliseconds 1..%d", BENCH_TIMEOUT_MS_MAX); break;
+    case O_LOG: snprintf(buf, len, "error|warn|info|debug"); break;
+    default: snprintf(buf, len, "see --help"); break;
+    }
+    return buf;
+}
+
 static bool num(const char *s, double lo, double hi, double *out)
 {
     char *end;
@@ -61,8 +95,6 @@ static bool num(const char *s, double lo, double hi, double *out)
 
 int main(int argc, char **argv)
 {
-    enum { O_DIR = 1, O_SYN, O_TRACE, O_CONC, O_RATE, O_REQ, O_DUR, O_SEED, O_PLEN, O_TSC,
-           O_TOSC, O_TIME, O_SMS, O_TL, O_LABEL, O_JSON, O_NOPROG, O_TMO, O_LOG, O_HELP };
     static const struct option opts[] = {
         {"runtime-dir", required_argument, 0, O_DIR}, {"synthetic", required_argument, 0, O_SYN},
         {"trace", required_argument, 0, O_TRACE},     {"concurrency", required_argument, 0, O_CONC},
@@ -83,9 +115,9 @@ int main(int argc, char **argv)
     bool synthetic = false, json = false;
     double rate = 0, v;
     enum log_level lvl = LOG_LEVEL_WARN;
-    int opt;
+    int opt, li = -1;
     opterr = 0;
-    while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((li = -1, opt = getopt_long(argc, argv, "", opts, &li)) != -1) {
         switch (opt) {
         case O_DIR: cfg.runtime_dir = optarg; break;
         case O_SYN:
@@ -94,38 +126,38 @@ int main(int argc, char **argv)
             break;
         case O_TRACE: trace = optarg; break;
         case O_CONC:
-            if (!num(optarg, 1, 100000, &v)) goto bad;
+            if (!num(optarg, 1, BENCH_CONCURRENCY_MAX, &v)) goto bad;
             cfg.concurrency = (unsigned)v;
             break;
         case O_RATE:
-            if (!num(optarg, 1e-3, 1e6, &rate)) goto bad;
+            if (!num(optarg, BENCH_RATE_MIN, BENCH_RATE_MAX, &rate)) goto bad;
             break;
         case O_REQ:
             if (!num(optarg, 1, BENCH_MAX_REQUESTS, &v)) goto bad;
             bo.n_requests = (size_t)v;
             break;
         case O_DUR:
-            if (!num(optarg, 0.1, 1e6, &cfg.duration_s)) goto bad;
+            if (!num(optarg, BENCH_DURATION_MIN_S, BENCH_SCALE_MAX, &cfg.duration_s)) goto bad;
             break;
         case O_SEED:
             if (!num(optarg, 0, 1e18, &v)) goto bad;
             bo.seed = (uint64_t)v;
             break;
         case O_PLEN:
-            if (!num(optarg, 1, 1e6, &v)) goto bad;
+            if (!num(optarg, 1, BENCH_SCALE_MAX, &v)) goto bad;
             bo.prefix_len = (uint32_t)v;
             break;
         case O_TSC:
-            if (!num(optarg, 1, 1e6, &bo.scale)) goto bad;
+            if (!num(optarg, 1, BENCH_SCALE_MAX, &bo.scale)) goto bad;
             break;
         case O_TOSC:
-            if (!num(optarg, 1, 1e6, &bo.out_scale)) goto bad;
+            if (!num(optarg, 1, BENCH_SCALE_MAX, &bo.out_scale)) goto bad;
             break;
         case O_TIME:
-            if (!num(optarg, 1e-3, 1e6, &bo.time_scale)) goto bad;
+            if (!num(optarg, BENCH_RATE_MIN, BENCH_SCALE_MAX, &bo.time_scale)) goto bad;
             break;
         case O_SMS:
-            if (!num(optarg, 10, 60000, &v)) goto bad;
+            if (!num(optarg, BENCH_SAMPLE_MS_MIN, BENCH_SAMPLE_MS_MAX, &v)) goto bad;
             cfg.sample_ms = (int)v;
             break;
         case O_TL: timeline = optarg; break;
@@ -133,7 +165,7 @@ int main(int argc, char **argv)
         case O_JSON: json = true; break;
         case O_NOPROG: cfg.progress = false; break;
         case O_TMO:
-            if (!num(optarg, 1, 600000, &v)) goto bad;
+            if (!num(optarg, 1, BENCH_TIMEOUT_MS_MAX, &v)) goto bad;
             cfg.timeout_ms = (int)v;
             break;
         case O_LOG:
@@ -141,8 +173,8 @@ int main(int argc, char **argv)
             break;
         case O_HELP: usage(stdout); return 0;
         default:
-            fprintf(stderr, "kvd-bench: unknown or incomplete option '%s'\n", argv[optind - 1]);
-            usage(stderr);
+            fprintf(stderr, "kvd-bench: unknown option or missing value '%s' (see --help)\n",
+                    argv[optind - 1]);
             return BENCH_EX_USAGE;
         }
     }
@@ -207,7 +239,9 @@ int main(int argc, char **argv)
     bench_result_release(&res);
     bench_workload_release(&w);
     return ex;
-bad:
-    fprintf(stderr, "kvd-bench: bad value '%s' for %s\n", optarg, argv[optind - 1]);
+bad:;
+    char expect[80];
+    fprintf(stderr, "kvd-bench: bad value '%s' for --%s (expected %s)\n", optarg,
+            li >= 0 ? opts[li].name : "?", bench_expect(opt, expect, sizeof(expect)));
     return BENCH_EX_USAGE;
 }

@@ -223,10 +223,24 @@ static int check_opts(struct mk_opts *o)
     return 0;
 }
 
+enum mk_opt { O_DIM = 256, O_LAYERS, O_HEADS, O_KVH, O_FFN, O_VOCAB, O_CTX, O_DTYPE, O_SEED,
+              O_OUT, O_ROPE, O_EPS, O_TIED, O_VKIND, O_VFROM, O_LOG, O_HELP };
+
+/* What a flag accepts, for the bad-value message. */
+static const char *mk_expect(int opt)
+{
+    switch (opt) {
+    case O_DTYPE: return "f32|f16|bf16|q8_0";
+    case O_VKIND: return "spm|bytes|gpt2";
+    case O_SEED: return "an unsigned 64-bit integer";
+    case O_ROPE:
+    case O_EPS: return "a positive number";
+    default: return "an integer 0..4294967295, K/M/G suffixes allowed";
+    }
+}
+
 int main(int argc, char **argv)
 {
-    enum { O_DIM = 256, O_LAYERS, O_HEADS, O_KVH, O_FFN, O_VOCAB, O_CTX, O_DTYPE, O_SEED, O_OUT,
-           O_ROPE, O_EPS, O_TIED, O_VKIND, O_VFROM, O_LOG, O_HELP };
     static const struct option lo[] = {
         {"dim", 1, 0, O_DIM},       {"layers", 1, 0, O_LAYERS},   {"heads", 1, 0, O_HEADS},
         {"kv-heads", 1, 0, O_KVH},  {"ffn", 1, 0, O_FFN},         {"vocab", 1, 0, O_VOCAB},
@@ -256,16 +270,26 @@ int main(int argc, char **argv)
         case O_VOCAB: bad |= parse_u32(optarg, &o.vocab); break;
         case O_CTX: bad |= parse_u32(optarg, &o.ctx); break;
         case O_DTYPE: bad |= gguf_dtype_parse(optarg, &o.dtype); break;
-        case O_SEED: o.seed = strtoull(optarg, &end, 0); bad |= *end ? -1 : 0; break;
+        case O_SEED:
+            errno = 0;
+            o.seed = strtoull(optarg, &end, 0);
+            bad |= *end || end == optarg || errno ? -1 : 0;
+            break;
         case O_OUT: o.out = optarg; break;
-        case O_ROPE: o.rope_base = strtof(optarg, &end); bad |= *end ? -1 : 0; break;
-        case O_EPS: o.norm_eps = strtof(optarg, &end); bad |= *end ? -1 : 0; break;
+        case O_ROPE:
+            o.rope_base = strtof(optarg, &end);
+            bad |= *end || end == optarg || !(o.rope_base > 0) ? -1 : 0;
+            break;
+        case O_EPS:
+            o.norm_eps = strtof(optarg, &end);
+            bad |= *end || end == optarg || !(o.norm_eps > 0) ? -1 : 0;
+            break;
         case O_TIED: o.tied = true; break;
         case O_VKIND: bad |= mk_vocab_kind_parse(optarg, &o.vocab_kind); break;
         case O_VFROM: o.vocab_from = optarg; break;
         case O_LOG:
             if (log_level_parse(optarg, &lvl)) {
-                log_err("bad --log-level '%s'", optarg);
+                log_err("bad value '%s' for --log-level (expected error|warn|info|debug)", optarg);
                 return EX_USAGE;
             }
             log_setup("kvd-mkmodel", lvl);
@@ -276,7 +300,8 @@ int main(int argc, char **argv)
             return EX_USAGE;
         }
         if (bad) {
-            log_err("bad value '%s' for --%s", optarg, li >= 0 ? lo[li].name : "?");
+            log_err("bad value '%s' for --%s (expected %s)", optarg, li >= 0 ? lo[li].name : "?",
+                    mk_expect(c));
             return EX_USAGE;
         }
     }
