@@ -2,8 +2,9 @@
  *
  * Server-side numbers come from the pool samples (admin.sock): kv_waste_ratio is the
  * mean waste_ratio over samples where some page was in use; preemptions, prefix hit
- * ratio and prefill tokens are the change of kvd's counters between the first and the
- * last sample (so other traffic during the run would be counted too). prefix_hit_ratio
+ * ratio and prefill tokens are the change of kvd's counters between the first sample
+ * (taken before the first request is submitted) and the last (after the last DONE), so
+ * they cover the whole run (and any other traffic during it). prefix_hit_ratio
  * is computed from the requests' own DONE events (cached / prompt tokens). When kvd could
  * not be sampled those fields are NaN (JSON null).
  */

@@ -107,6 +107,15 @@ int bench_run(const struct bench_cfg *cfg, struct kvd_client *c, const struct be
         fprintf(stderr, "kvd-bench: warning: no pool samples: %s\n", aerr);
     double t0 = mono_s(), next_sample = 0, next_progress = 0, drain_deadline = -1;
     uint64_t first_id = 0;
+    if (res->have_pool) {
+        /* the baseline for every counter difference (prefill tokens, preemptions, prefix
+         * hits) is taken before the first submit: sampled after it, kvd could already
+         * have run a prefill step that the difference would then miss */
+        struct admin_pool p;
+        if (admin_conn_pool(&ac, &p, aerr) == 0)
+            add_sample(res, &cap_samples, 0, &p);
+        next_sample = cfg->sample_ms / 1000.0;
+    }
     for (;;) {
         double now = mono_s() - t0;
         bool stop_issuing = next >= w->n || (cfg->duration_s > 0 && now >= cfg->duration_s);

@@ -49,7 +49,7 @@ struct bench_sample {
 struct bench_result {
     struct bench_rec *recs;             /* one per workload request (unsubmitted: t_submit < 0) */
     size_t n;
-    struct bench_sample *samples;
+    struct bench_sample *samples;       /* [0] before the first submit, last after the last DONE */
     size_t n_samples;
     double t_end;                       /* last DONE */
     bool have_pool;                     /* admin.sock answered */
