@@ -267,6 +267,27 @@ static void attached_cb(struct bcli *b, int status, const struct wmsg *m, void *
         start_failed(d, rc, "scheduler");
         return;
     }
+    uint32_t per_seq = sched_pages_for(&d->sched, d->cfg.max_model_len);
+    if (per_seq > b->pool.num_pages) {
+        /* naive reserves max-model-len at admission: nothing could ever be admitted */
+        bool naive = d->cfg.alloc == CONFIG_ALLOC_NAIVE;
+        char what[256];
+        snprintf(what, sizeof(what),
+                 "the KV pool holds %llu tokens (%u pages of %u), one sequence of "
+                 "max-model-len %u needs %llu",
+                 (unsigned long long)b->pool.num_pages * d->cfg.block_size, b->pool.num_pages,
+                 d->cfg.block_size, d->cfg.max_model_len,
+                 (unsigned long long)per_seq * d->cfg.block_size);
+        if (naive) {
+            log_err("cannot serve with --alloc naive: %s; raise --pool-bytes or lower "
+                    "--max-model-len",
+                    what);
+            d->exit_code = KVD_EXIT_CONFIG;
+            kvd_begin_shutdown(d, true);
+            return;
+        }
+        log_warn("%s: long sequences will be refused (ETOOLONG) or preempted", what);
+    }
     if (d->cfg.max_running > STEP_MAX_SEQS * d->cfg.workers)
         log_warn("--max-running %u exceeds %u sequences per step x %u workers: a step may be "
                  "refused by a worker",

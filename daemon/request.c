@@ -57,6 +57,7 @@ static int req_tokenize(struct kvd *d, struct kvd_req *r, const struct client_ge
     const struct tok *tk = &d->model.tok;
     if (g->tokens) {
         if (g->n_tokens + 1 > d->cfg.max_model_len) {
+            r->n_prompt = (uint32_t)g->n_tokens; /* reported in the done */
             snprintf(msg, msg_cap, "prompt of %zu tokens leaves no room under max-model-len %u",
                      g->n_tokens, d->cfg.max_model_len);
             return KVD_ETOOLONG;
@@ -75,6 +76,7 @@ static int req_tokenize(struct kvd *d, struct kvd_req *r, const struct client_ge
     int rc = tok_encode(tk, g->prompt ? g->prompt : "", g->prompt_len, tk->add_bos,
                         (int32_t *)r->seq.tokens, cap_total, &n);
     if (rc == -ENOSPC || rc == -E2BIG || (rc == 0 && n + 1 > d->cfg.max_model_len)) {
+        r->n_prompt = (uint32_t)n; /* exact: cap_total holds any prompt (see req_start) */
         snprintf(msg, msg_cap, "prompt of %zu tokens leaves no room under max-model-len %u", n,
                  d->cfg.max_model_len);
         return KVD_ETOOLONG;
@@ -111,8 +113,12 @@ int req_start(struct kvd *d, struct kvd_session *s, struct client_generate *g)
     }
     r->id = g->id;
     r->worker = -1;
-    /* Tokenizing needs room for the whole prompt to tell "too long" apart. */
+    /* Tokenizing needs room for the whole prompt to tell "too long" apart and report
+     * the real length: a text prompt gives at most one token per byte, plus BOS and the
+     * leading-space piece. */
     uint32_t tok_cap = max_len > g->n_tokens ? max_len : (uint32_t)g->n_tokens;
+    if (!g->tokens && g->prompt_len + 2 > tok_cap)
+        tok_cap = (uint32_t)g->prompt_len + 2;
     r->seq.tokens = calloc((size_t)tok_cap + 1, sizeof(uint32_t));
     r->seq.blocks = calloc(d->sched.max_pages, sizeof(uint32_t));
     r->hashes = calloc(d->sched.max_pages, sizeof(*r->hashes));

@@ -258,10 +258,12 @@ START_TEST(test_prompt_too_long)
     kh_generate(e.c, &p, 5000, &r);
     ck_assert_int_eq(r.finish, KVD_FINISH_ERROR);
     ck_assert_int_eq(r.code, KVD_ETOOLONG);
+    ck_assert_uint_eq(r.prompt_tokens, 300); /* the real count, not 0 */
     kh_params_greedy(&p, toks, 100, 4); /* fits max-model-len, not the whole pool */
     kh_generate(e.c, &p, 5000, &r);
     ck_assert_int_eq(r.finish, KVD_FINISH_ERROR);
     ck_assert_int_eq(r.code, KVD_ETOOLONG);
+    ck_assert_uint_eq(r.prompt_tokens, 100);
     kh_params_greedy(&p, toks, 20, 4); /* fits */
     kh_generate(e.c, &p, GEN_TIMEOUT_MS, &r);
     ck_assert_int_eq(r.rc, 0);

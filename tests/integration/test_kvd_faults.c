@@ -244,6 +244,75 @@ START_TEST(test_restart_after_sigkill)
 }
 END_TEST
 
+/* Reads k's log into buf (NUL-terminated, truncated to cap - 1). */
+static void read_log(const struct kh_kvd *k, char *buf, size_t cap)
+{
+    FILE *f = fopen(k->log, "r");
+    ck_assert_ptr_nonnull(f);
+    size_t got = fread(buf, 1, cap - 1, f);
+    buf[got] = '\0';
+    fclose(f);
+}
+
+/* Defect 5: --alloc naive with a pool that cannot hold one max-model-len sequence
+ * started with "max concurrency 0" and refused every request. It must exit 78 at start,
+ * saying what the pool holds and what one sequence needs. */
+START_TEST(test_naive_pool_too_small_exits_78)
+{
+    static const char *const extra[] = {"--alloc", "naive", "--pool-bytes", "200K", NULL};
+    char dir[256];
+    static char log[16384];
+    struct kh_kvd k;
+    kh_tmpdir(dir);
+    ck_assert_int_eq(kh_start(&k, "kvd", dir, "kvd.sock", extra), -ECHILD);
+    ck_assert_int_eq(k.status, 78);
+    read_log(&k, log, sizeof(log));
+    ck_assert_msg(strstr(log, "one sequence of max-model-len") != NULL, "log: %s", log);
+    ck_assert_int_eq(kh_find_pid("kvd-broker", dir), 0);
+    kh_rmdir(dir);
+}
+END_TEST
+
+/* Defect 5: a text prompt over max-model-len reported prompt_tokens 0; also the start-up
+ * hint gives the greedy command (defect 6). */
+START_TEST(test_too_long_text_prompt_reports_tokens)
+{
+    static const char *const extra[] = {"--max-model-len", "32", NULL};
+    char dir[256];
+    static char log[16384];
+    struct kh_kvd k;
+    struct kvd_client *c;
+    kh_tmpdir(dir);
+    ck_assert_int_eq(kh_start(&k, "kvd", dir, "kvd.sock", extra), 0);
+    /* kvd logs the hint right after kvd.sock accepts clients: allow it a moment. */
+    static const char hint[] = "generate --prompt \"Once upon a time\" --temperature 0";
+    for (int i = 0; i < 50; i++) {
+        read_log(&k, log, sizeof(log));
+        if (strstr(log, hint))
+            break;
+        usleep(100 * 1000);
+    }
+    ck_assert_msg(strstr(log, hint) != NULL, "log: %s", log);
+    ck_assert_int_eq(kvd_connect(dir, 5000, &c), 0);
+    static char prompt[4096];
+    prompt[0] = '\0';
+    for (int i = 0; i < 40; i++)
+        strcat(prompt, "Once upon a time. ");
+    struct kvd_params p;
+    kvd_params_init(&p);
+    p.prompt = prompt;
+    p.max_tokens = 4;
+    static struct kh_result r;
+    kh_generate(c, &p, 5000, &r);
+    ck_assert_int_eq(r.finish, KVD_FINISH_ERROR);
+    ck_assert_int_eq(r.code, KVD_ETOOLONG);
+    ck_assert_uint_gt(r.prompt_tokens, 32);
+    kvd_close(c);
+    ck_assert_int_eq(kh_stop(&k, SIGTERM), 0);
+    kh_rmdir(dir);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("kvd_faults");
@@ -254,6 +323,8 @@ int main(void)
     tcase_add_test(tc, test_refused_model_exits_78);
     tcase_add_test(tc, test_invalid_utf8_output_delivered);
     tcase_add_test(tc, test_restart_after_sigkill);
+    tcase_add_test(tc, test_naive_pool_too_small_exits_78);
+    tcase_add_test(tc, test_too_long_text_prompt_reports_tokens);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);
