@@ -180,13 +180,14 @@ uint32_t kh_wait_pages_used_zero(const char *dir)
     return used;
 }
 
-pid_t kh_worker_pid(const char *dir, uint32_t index)
+/* Admin "workers": worker `index`'s pid and completed steps; -ENOENT if no such worker. */
+static int kh_worker_info(const char *dir, uint32_t index, pid_t *pid_out, uint64_t *steps_out)
 {
     struct wbuf w;
     struct wmsg m;
     struct admin_workers ws;
     char err[WIRE_ERR_LEN];
-    pid_t pid = 0;
+    int found = -ENOENT;
     wbuf_init(&w);
     admin_request_encode(ADMIN_REQ_WORKERS, &w);
     void *raw;
@@ -195,13 +196,31 @@ pid_t kh_worker_pid(const char *dir, uint32_t index)
     memset(&ws, 0, sizeof(ws));
     if (rc == 0 && admin_workers_decode(&m, &ws, err) == 0)
         for (size_t i = 0; i < ws.n; i++)
-            if (ws.workers[i].index == index)
-                pid = ws.workers[i].pid;
+            if (ws.workers[i].index == index) {
+                *pid_out = ws.workers[i].pid;
+                *steps_out = ws.workers[i].steps;
+                found = 0;
+            }
     admin_workers_release(&ws);
     wmsg_release(&m);
     if (raw)
         nn_freemsg(raw);
-    return pid;
+    return found;
+}
+
+pid_t kh_worker_pid(const char *dir, uint32_t index)
+{
+    pid_t pid = 0;
+    uint64_t steps;
+    return kh_worker_info(dir, index, &pid, &steps) == 0 ? pid : 0;
+}
+
+int64_t kh_worker_steps(const char *dir, uint32_t index)
+{
+    pid_t pid;
+    uint64_t steps = 0;
+    int rc = kh_worker_info(dir, index, &pid, &steps);
+    return rc < 0 ? rc : (int64_t)steps;
 }
 
 int kh_admin_pool(const char *dir, struct admin_pool *out)

@@ -40,6 +40,8 @@ int kh_broker_stats(const char *dir, struct broker_stats *st);
 uint32_t kh_wait_pages_used_zero(const char *dir);
 /* pid of worker `index` (admin "workers"); 0 if unknown. */
 pid_t kh_worker_pid(const char *dir, uint32_t index);
+/* Steps worker `index` completed (admin "workers"); -ENOENT if kvd has no such worker. */
+int64_t kh_worker_steps(const char *dir, uint32_t index);
 /* Admin "pool" (kvd's view): 0 or a negative code. */
 struct admin_pool;
 int kh_admin_pool(const char *dir, struct admin_pool *out);

@@ -108,8 +108,11 @@ END_TEST
 
 START_TEST(test_hit_while_original_runs)
 {
-    /* Two workers: while the original decodes, the step is split between them, so the
-     * hit's remaining tokens run on the other worker over pages the first one wrote. */
+    /* Two workers. The original runs alone first, so every one of its steps goes to the
+     * first idle worker, 0 (asserted: worker 1's step count does not move); its prompt
+     * pages are written there. While it decodes, the hit arrives and the step is split
+     * between both workers, so worker 1 now runs steps reading pages worker 0 wrote
+     * (asserted: its step count grows), and the hit's output equals a full compute. */
     static const char *const extra[] = {"--max-model-len", "2048", "--workers", "2", NULL};
     struct env e;
     env_start(&e, extra);
@@ -121,14 +124,18 @@ START_TEST(test_hit_while_original_runs)
     struct kvd_params p;
     kh_params_greedy(&p, a, PROMPT_LEN, 1500);
     p.ignore_eos = true;
+    int64_t w1_before = kh_worker_steps(e.dir, 1);
+    ck_assert_int_ge(w1_before, 0); /* there is a second worker */
     uint64_t long_id;
     ck_assert_int_eq(kvd_submit(c2, &p, &long_id), 0);
     struct kvd_event ev;
     ck_assert_int_eq(kvd_next_event(c2, &ev, GEN_TIMEOUT_MS), 0);
     ck_assert_int_eq(ev.type, KVD_EVENT_TOKENS); /* its prompt is computed */
+    ck_assert_int_eq(kh_worker_steps(e.dir, 1), w1_before); /* ... all on worker 0 */
     static struct kh_result hit, ref;
     run(e.c, a, PROMPT_LEN, NULL, &hit);
     ck_assert_uint_eq(hit.cached_prompt_tokens, (PROMPT_LEN - 1) / BS * BS);
+    ck_assert_int_gt(kh_worker_steps(e.dir, 1), w1_before); /* worker 1 read worker 0's pages */
     ck_assert_int_eq(kvd_cancel(c2, long_id), 0);
     do
         ck_assert_int_eq(kvd_next_event(c2, &ev, GEN_TIMEOUT_MS), 0);
