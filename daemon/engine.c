@@ -74,7 +74,7 @@ static int req_due_end(const struct kvd *d, const struct kvd_req *r, uint64_t no
         return KVD_ETIMEDOUT;
     }
     if (d->shutting_down && (grace_over || r->seq.state != SCHED_RUNNING)) {
-        *msg = "kvd is shutting down";
+        *msg = d->shutdown_msg ? d->shutdown_msg : "kvd is shutting down";
         return KVD_ESHUTDOWN;
     }
     return 0;

@@ -202,6 +202,7 @@ struct kvd {
     uv_timer_t sweep_timer;
     /* lifecycle */
     bool shutting_down, stopped;
+    const char *shutdown_msg; /* static text ending requests at shutdown; NULL: default */
     uint64_t shutdown_deadline_ms;
     uv_signal_t sig_term, sig_int;
     int exit_code;

@@ -181,6 +181,7 @@ static void worker_exit_cb(uv_process_t *p, int64_t status, int sig)
                 w->index, KVD_WORKER_EXIT_CONFIG);
         w->state = KW_STOPPED;
         d->exit_code = KVD_WORKER_EXIT_CONFIG;
+        d->shutdown_msg = "kvd is stopping: its worker refused the model or pool (see kvd's log)";
         kvd_begin_shutdown(d, true);
     } else {
         uint64_t lived = kvd_now_ms(d) - w->started_ms;

@@ -244,6 +244,35 @@ START_TEST(test_restart_after_sigkill)
 }
 END_TEST
 
+/* Defect 2, second half: a worker that exits 78 (it refuses the model) after kvd served
+ * is not restarted forever: kvd stops with 78. The model file is swapped (rename keeps
+ * kvd's own mapping) for a refused one, then the worker is killed so it restarts on it. */
+START_TEST(test_worker_exit_78_stops_kvd)
+{
+    char dir[256], model[300], bad[300], cmd[1024];
+    kh_tmpdir(dir);
+    snprintf(model, sizeof(model), "%s/m.gguf", dir);
+    snprintf(bad, sizeof(bad), "%s/q4.gguf", dir);
+    snprintf(cmd, sizeof(cmd), "cp '%s/models/stories260K.gguf' '%s'", getenv("KVD_SOURCE_DIR"),
+             model);
+    ck_assert_int_eq(system(cmd), 0);
+    model_patch_type(bad, "blk.1.ffn_up.weight", GGML_TYPE_Q4_0);
+    const char *const extra[] = {"--model", model, NULL};
+    struct kh_kvd k;
+    ck_assert_int_eq(kh_start(&k, "kvd", dir, "kvd.sock", extra), 0);
+    pid_t wpid = kh_worker_pid(dir, 0);
+    ck_assert_int_gt(wpid, 0);
+    ck_assert_int_eq(rename(bad, model), 0);
+    ck_assert_int_eq(kill(wpid, SIGKILL), 0);
+    uint64_t t0 = now_ms();
+    int st = kh_stop(&k, 0);
+    ck_assert_int_eq(st, 78);
+    ck_assert_uint_lt(now_ms() - t0, 10000);
+    ck_assert_int_eq(kh_find_pid("kvd-broker", dir), 0);
+    kh_rmdir(dir);
+}
+END_TEST
+
 /* Reads k's log into buf (NUL-terminated, truncated to cap - 1). */
 static void read_log(const struct kh_kvd *k, char *buf, size_t cap)
 {
@@ -321,6 +350,7 @@ int main(void)
     tcase_add_test(tc, test_sigterm_with_stopped_worker);
     tcase_add_test(tc, test_timeout_with_stopped_worker);
     tcase_add_test(tc, test_refused_model_exits_78);
+    tcase_add_test(tc, test_worker_exit_78_stops_kvd);
     tcase_add_test(tc, test_invalid_utf8_output_delivered);
     tcase_add_test(tc, test_restart_after_sigkill);
     tcase_add_test(tc, test_naive_pool_too_small_exits_78);
