@@ -113,7 +113,9 @@ int main(int argc, char **argv)
      * own flags) is compacted into argv[0..n) in order. */
     for (int i = 1; i < argc; i++) {
         const char *skip = cmd >= 0 ? cmds[cmd].own_flag : NULL;
-        if (cmd < 0 && (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)) {
+        /* --help before any command, or after one without its own (all but generate) */
+        if ((cmd < 0 || cmds[cmd].fn != kvctl_cmd_generate) &&
+            (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)) {
             usage(stdout);
             return 0;
         }

@@ -207,7 +207,7 @@ int kvctl_cmd_generate(const struct kvctl *k, int argc, char **argv)
     optind = 1;
     opterr = 0;
     int li = -1;
-    while ((li = -1, opt = getopt_long(argc, argv, "", opts, &li)) != -1) {
+    while ((li = -1, opt = getopt_long(argc, argv, "h", opts, &li)) != -1) {
         switch (opt) {
         case O_PROMPT: p.prompt = optarg; break;
         case O_TOKENS:
@@ -263,6 +263,7 @@ int kvctl_cmd_generate(const struct kvctl *k, int argc, char **argv)
             if (!parse_num(optarg, 0, GEN_TIMEOUT_MS_MAX, &v)) goto bad_value;
             p.timeout_ms = (uint32_t)v;
             break;
+        case 'h':
         case O_HELP:
             usage_gen(stdout);
             free(toks);
@@ -271,7 +272,6 @@ int kvctl_cmd_generate(const struct kvctl *k, int argc, char **argv)
             kvctl_error("generate: unknown option or missing value '%s' (see kvctl generate "
                         "--help)",
                         argv[optind - 1]);
-            usage_gen(stderr);
             free(toks);
             return KVCTL_EX_USAGE;
         }

@@ -697,6 +697,8 @@ START_TEST(test_usage_errors)
         ck_assert_msg(strstr(out, help[i]), "generate --help lacks '%s': %s", help[i], out);
     ck_assert_int_eq(run(out, err, "%s/kvctl --help", bin), 0);
     ck_assert(strstr(out, "before or after the command"));
+    ck_assert_int_eq(run(out, err, "%s/kvctl pool --help", bin), 0);
+    ck_assert(strstr(out, "before or after the command"));
     free(out);
     free(err);
 }
