@@ -20,6 +20,7 @@
 #include <stdarg.h>
 #include <nanomsg/nn.h>
 #include <nanomsg/reqrep.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -500,6 +501,22 @@ START_TEST(test_live_accounting)
 }
 END_TEST
 
+#define STOP_MS 500 /* how long kvd is stopped around the 1 ms deadline */
+
+/* Resumes a SIGSTOPped process after ms. */
+struct cont_after {
+    pid_t pid;
+    int ms;
+};
+
+static void *cont_after_run(void *arg)
+{
+    const struct cont_after *ca = arg;
+    usleep((useconds_t)ca->ms * 1000);
+    kill(ca->pid, SIGCONT);
+    return NULL;
+}
+
 static int stop_after_first(const struct kvd_event *ev, void *arg)
 {
     (void)ev;
@@ -523,11 +540,16 @@ START_TEST(test_sdk_generate_callback_cancel_and_timeout)
     ck_assert_int_eq(calls, 1);
     ck_assert_int_eq(d.finish, KVD_FINISH_CANCELLED);
     /* a 1 ms client-side deadline: cancelled, reported as KVD_ETIMEDOUT. kvd is stopped
-     * for the whole call (the request and the cancel wait in the socket), so no reply can
-     * come in time however fast the machine; the stop (1 ms + the SDK's 2 s cancel grace)
-     * stays under KVD_CLIENT_DEAD_MS and kvd's session timeout. */
+     * when the request goes out and for STOP_MS after, so no reply can come before the
+     * deadline however fast the machine (the request and the cancel wait in the socket);
+     * a slow machine only makes the deadline pass sooner. STOP_MS stays far under the
+     * broker lease (3 s) and session (5 s) timeouts, so kvd carries on afterwards. */
+    struct cont_after ca = {.pid = g_kvd, .ms = STOP_MS};
+    pthread_t th;
     ck_assert_int_eq(kill(g_kvd, SIGSTOP), 0);
+    ck_assert_int_eq(pthread_create(&th, NULL, cont_after_run, &ca), 0);
     int rc_stopped = kvd_generate(c, &p, NULL, NULL, 1, &d);
+    pthread_join(th, NULL);
     kill(g_kvd, SIGCONT);
     ck_assert_msg(rc_stopped == KVD_ETIMEDOUT, "rc %s", kvd_errname(rc_stopped));
     /* kvd's own request timeout */
