@@ -29,10 +29,10 @@ struct detok {
     const struct tok *tok;
     char *text;
     size_t len, cap;
-    size_t emitted; /* bytes already handed out */
+    size_t emitted;                     /* bytes already handed out */
     unsigned char pend[DETOK_PEND_MAX]; /* incomplete trailing UTF-8 sequence */
     size_t n_pend;
-    bool stopped;   /* a stop string matched */
+    bool stopped; /* a stop string matched */
     uint32_t n_stop;
     char stop[DETOK_STOP_MAX][DETOK_STOP_BYTES_MAX + 1];
     size_t stop_len[DETOK_STOP_MAX];

@@ -62,8 +62,7 @@ bool engine_is_idle(const struct kvd *d)
 }
 
 /* The end decided for r now (0: none): client cancel, session gone, timeout, shutdown. */
-static int req_due_end(const struct kvd *d, const struct kvd_req *r, uint64_t now,
-                       const char **msg)
+static int req_due_end(const struct kvd *d, const struct kvd_req *r, uint64_t now, const char **msg)
 {
     bool grace_over = d->shutting_down && now >= d->shutdown_deadline_ms;
     *msg = NULL;

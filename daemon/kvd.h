@@ -18,10 +18,10 @@
 #ifndef KVD_DAEMON_KVD_H
 #define KVD_DAEMON_KVD_H
 
+#include "common/blockhash.h"
 #include "common/gguf.h"
 #include "common/tok.h"
 #include "daemon/bcli.h"
-#include "common/blockhash.h"
 #include "daemon/config.h"
 #include "daemon/detok.h"
 #include "daemon/nnuv.h"
@@ -236,15 +236,15 @@ void kvd_release_seq_pages(struct kvd *d, struct sched_seq *q);
 #define REQ_END_LENGTH 2
 
 /* engine.c */
-int engine_init(struct kvd *d);           /* after sched_init; 0 or -ENOMEM */
+int engine_init(struct kvd *d); /* after sched_init; 0 or -ENOMEM */
 /* Sweep timer: ends cancelled / timed-out / shut-down requests. Idle engine: finished
  * at once. Step in flight: requests outside the step are finished, those inside are
  * told at once (req_end_early); a slot no worker has taken whose requests all ended is
  * dropped, and once the shutdown grace is over the whole step is abandoned (its late
  * results are discarded), so a step never holds kvd past --grace-ms. */
 void engine_sweep_if_idle(struct kvd *d);
-void engine_kick(struct kvd *d);          /* work may be available */
-void engine_worker_idle(struct kvd *d);   /* a worker became idle */
+void engine_kick(struct kvd *d);                              /* work may be available */
+void engine_worker_idle(struct kvd *d);                       /* a worker became idle */
 void engine_worker_lost(struct kvd *d, struct kvd_worker *w); /* its step must re-run */
 void engine_on_result(struct kvd *d, struct kvd_worker *w, const struct wmsg *m);
 bool engine_is_idle(const struct kvd *d);

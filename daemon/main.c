@@ -229,8 +229,7 @@ static void serving(struct kvd *d)
     log_info("listening on ipc://%s/%s (admin: ipc://%s/%s)", d->rundir, PATHS_SOCK_CLIENT,
              d->rundir, PATHS_SOCK_ADMIN);
     log_info("first request: %s/kvctl%s%s generate --prompt \"Once upon a time\" --temperature 0",
-             d->bin_dir,
-             d->cfg.runtime_dir[0] ? " --runtime-dir " : "", d->cfg.runtime_dir);
+             d->bin_dir, d->cfg.runtime_dir[0] ? " --runtime-dir " : "", d->cfg.runtime_dir);
     notify(d, "READY=1\nSTATUS=serving on %s/%s", d->rundir, PATHS_SOCK_CLIENT);
 }
 

@@ -130,7 +130,7 @@ START_TEST(test_hit_while_original_runs)
     ck_assert_int_eq(kvd_submit(c2, &p, &long_id), 0);
     struct kvd_event ev;
     ck_assert_int_eq(kvd_next_event(c2, &ev, GEN_TIMEOUT_MS), 0);
-    ck_assert_int_eq(ev.type, KVD_EVENT_TOKENS); /* its prompt is computed */
+    ck_assert_int_eq(ev.type, KVD_EVENT_TOKENS);            /* its prompt is computed */
     ck_assert_int_eq(kh_worker_steps(e.dir, 1), w1_before); /* ... all on worker 0 */
     static struct kh_result hit, ref;
     run(e.c, a, PROMPT_LEN, NULL, &hit);

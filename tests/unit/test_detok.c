@@ -193,7 +193,8 @@ START_TEST(test_incomplete_utf8_pending_then_completed)
     /* "€" (E2 82 AC) one byte per token: held until complete, then whole. */
     static const unsigned char a[] = {'x', 0xE2, 0x82, 0xAC, 'y'};
     stream_bytes(a, sizeof(a), out, sizeof(out));
-    ck_assert_str_eq(out, "x\xE2\x82\xAC" "y");
+    ck_assert_str_eq(out, "x\xE2\x82\xAC"
+                          "y");
     /* 4-byte "😀" (F0 9F 98 80). */
     static const unsigned char b[] = {0xF0, 0x9F, 0x98, 0x80};
     stream_bytes(b, sizeof(b), out, sizeof(out));
