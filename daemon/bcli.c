@@ -141,8 +141,7 @@ static void bcli_hb_done(struct bcli *b, int status, const struct wmsg *m, void 
     if (status < 0 && !b->closing)
         log_warn("broker heartbeat failed: %s %s", kvd_strerror(status), err);
     if (status == KVD_ENOTFOUND && !b->closing && b->lease_lost_cb) {
-        log_err("the broker no longer knows lease %llu: every page it held is gone",
-                (unsigned long long)b->lease);
+        log_err("the broker no longer knows kvd's lease: every page it held is gone");
         uv_timer_stop(&b->hb_timer);
         b->lease = 0;
         b->lease_lost_cb(b);

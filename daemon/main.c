@@ -322,8 +322,9 @@ static void reattached_cb(struct bcli *b, int status, const struct wmsg *m, void
         kvd_begin_shutdown(d, true);
         return;
     }
-    log_warn("attached again (lease %llu): running sequences will be recomputed",
-             (unsigned long long)b->lease);
+    /* the lease id is a capability (broker/lease.h): never logged */
+    log_warn("attached to the broker again: running sequences will be recomputed");
+    (void)b;
     d->broker_backoff_ms = 0;
     d->reattaching = false;
     d->lease_reset = true;
