@@ -19,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #define ADMIN_DUMP_PAGES_MAX (1u << 20) /* pages walked for refcounts; larger pools: none */
@@ -400,27 +399,10 @@ static void admin_recv_cb(struct nnuv *n, const void *buf, size_t len)
 
 int admin_ep_open(struct kvd *d)
 {
-    char addr[PATHS_MAX], path[PATHS_MAX];
-    int rc = paths_ipc_addr(addr, sizeof(addr), d->rundir, PATHS_SOCK_ADMIN);
-    if (rc == 0)
-        rc = paths_join(path, sizeof(path), d->rundir, PATHS_SOCK_ADMIN);
+    int rc = nnuv_listen(&d->admin_ep, d->loop, d->rundir, PATHS_SOCK_ADMIN, NN_REP, false,
+                         admin_recv_cb, d, NULL);
     if (rc < 0)
         return rc;
-    unlink(path);
-    int fd = nn_socket(AF_SP, NN_REP);
-    if (fd < 0)
-        return -nn_errno();
-    if (nn_bind(fd, addr) < 0) {
-        rc = -nn_errno();
-        log_err("cannot bind '%s': %s", addr, nn_strerror(-rc));
-        nn_close(fd);
-        return rc;
-    }
-    chmod(path, 0660);
-    if ((rc = nnuv_init(&d->admin_ep, d->loop, fd, admin_recv_cb, d)) < 0) {
-        nn_close(fd);
-        return rc;
-    }
     d->admin_open = true;
     return 0;
 }

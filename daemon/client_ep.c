@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 static void ep_reply(struct nnuv *n, struct wbuf *w)
@@ -174,36 +173,14 @@ static int session_new(struct kvd *d, const char *name, struct kvd_session **out
     struct kvd_session *s = calloc(1, sizeof(*s));
     if (!s)
         return -ENOMEM;
-    char sock[64], addr[PATHS_MAX];
+    char sock[64];
     s->d = d;
     s->id = ++d->next_session;
     snprintf(s->name, sizeof(s->name), "%s", name);
     snprintf(sock, sizeof(sock), CLIENT_SESSION_SOCK_FMT, (unsigned long long)s->id);
-    int rc = paths_ipc_addr(addr, sizeof(addr), d->rundir, sock);
-    if (rc == 0)
-        rc = paths_join(s->path, sizeof(s->path), d->rundir, sock);
+    int rc = nnuv_listen(&s->nn, d->loop, d->rundir, sock, NN_PAIR, true, session_recv_cb, s,
+                         s->path);
     if (rc < 0) {
-        free(s);
-        return rc;
-    }
-    unlink(s->path);
-    int fd = nn_socket(AF_SP, NN_PAIR);
-    if (fd < 0) {
-        free(s);
-        return -nn_errno();
-    }
-    int maxsz = -1;
-    nn_setsockopt(fd, NN_SOL_SOCKET, NN_RCVMAXSIZE, &maxsz, sizeof(maxsz));
-    if (nn_bind(fd, addr) < 0) {
-        rc = -nn_errno();
-        nn_close(fd);
-        free(s);
-        return rc;
-    }
-    chmod(s->path, 0660);
-    if ((rc = nnuv_init(&s->nn, d->loop, fd, session_recv_cb, s)) < 0) {
-        nn_close(fd);
-        unlink(s->path);
         free(s);
         return rc;
     }
@@ -266,27 +243,10 @@ static void client_ep_recv_cb(struct nnuv *n, const void *buf, size_t len)
 
 int client_ep_open(struct kvd *d)
 {
-    char addr[PATHS_MAX], path[PATHS_MAX];
-    int rc = paths_ipc_addr(addr, sizeof(addr), d->rundir, PATHS_SOCK_CLIENT);
-    if (rc == 0)
-        rc = paths_join(path, sizeof(path), d->rundir, PATHS_SOCK_CLIENT);
+    int rc = nnuv_listen(&d->client_ep, d->loop, d->rundir, PATHS_SOCK_CLIENT, NN_REP, false,
+                         client_ep_recv_cb, d, NULL);
     if (rc < 0)
         return rc;
-    unlink(path);
-    int fd = nn_socket(AF_SP, NN_REP);
-    if (fd < 0)
-        return -nn_errno();
-    if (nn_bind(fd, addr) < 0) {
-        rc = -nn_errno();
-        log_err("cannot bind '%s': %s", addr, nn_strerror(-rc));
-        nn_close(fd);
-        return rc;
-    }
-    chmod(path, 0660);
-    if ((rc = nnuv_init(&d->client_ep, d->loop, fd, client_ep_recv_cb, d)) < 0) {
-        nn_close(fd);
-        return rc;
-    }
     d->client_open = true;
     return 0;
 }

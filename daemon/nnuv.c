@@ -2,11 +2,14 @@
 #include "daemon/nnuv.h"
 
 #include "common/log.h"
+#include "common/paths.h"
 
 #include <errno.h>
 #include <nanomsg/nn.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static void nnuv_drain_recv(struct nnuv *n)
 {
@@ -180,4 +183,38 @@ void nnuv_close(struct nnuv *n, nnuv_close_cb close_cb)
     uv_close((uv_handle_t *)&n->spoll, nnuv_handle_closed);
     if (n->rfd >= 0 && n->recv_cb)
         uv_close((uv_handle_t *)&n->rpoll, nnuv_handle_closed);
+}
+
+int nnuv_listen(struct nnuv *n, uv_loop_t *loop, const char *dir, const char *name,
+                int protocol, bool rcvmax_unlimited, nnuv_recv_cb recv_cb, void *data,
+                char *path)
+{
+    char addr[PATHS_MAX], file[PATHS_MAX];
+    int rc = paths_ipc_addr(addr, sizeof(addr), dir, name);
+    if (rc == 0)
+        rc = paths_join(file, sizeof(file), dir, name);
+    if (rc < 0)
+        return rc;
+    unlink(file); /* a stale socket of a crashed kvd or an earlier incarnation */
+    int fd = nn_socket(AF_SP, protocol);
+    if (fd < 0)
+        return -nn_errno();
+    int maxsz = -1;
+    if (rcvmax_unlimited)
+        nn_setsockopt(fd, NN_SOL_SOCKET, NN_RCVMAXSIZE, &maxsz, sizeof(maxsz));
+    if (nn_bind(fd, addr) < 0) {
+        rc = -nn_errno();
+        log_err("cannot bind '%s': %s", addr, nn_strerror(-rc));
+        nn_close(fd);
+        return rc;
+    }
+    chmod(file, 0660);
+    if ((rc = nnuv_init(n, loop, fd, recv_cb, data)) < 0) {
+        nn_close(fd);
+        unlink(file);
+        return rc;
+    }
+    if (path)
+        memcpy(path, file, sizeof(file));
+    return 0;
 }

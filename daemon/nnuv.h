@@ -48,6 +48,15 @@ struct nnuv {
  * socket stays the caller's then). */
 int nnuv_init(struct nnuv *n, uv_loop_t *loop, int sock, nnuv_recv_cb recv_cb, void *data);
 
+/* Binds a fresh nanomsg socket of `protocol` (NN_REP, NN_PAIR) at dir/name (mode 0660,
+ * a stale socket file removed first) and wraps it as nnuv_init does. rcvmax_unlimited
+ * lifts nanomsg's 1 MiB receive limit (kvd's own WIRE_MSG_MAX checks still apply).
+ * If path is not NULL it receives the socket file's path (PATHS_MAX bytes). 0, or a
+ * negative errno with nothing left open (bind failures are logged). */
+int nnuv_listen(struct nnuv *n, uv_loop_t *loop, const char *dir, const char *name,
+                int protocol, bool rcvmax_unlimited, nnuv_recv_cb recv_cb, void *data,
+                char *path);
+
 /* Sends a copy of buf. 0 (sent or queued), -ENOBUFS (queue full), -ENOMEM, -EPIPE
  * (closing), or another negative errno from nanomsg (message dropped). */
 int nnuv_send(struct nnuv *n, const void *buf, size_t len);

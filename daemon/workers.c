@@ -259,30 +259,13 @@ static void worker_spawn(struct kvd_worker *w)
 static int worker_bind(struct kvd_worker *w)
 {
     struct kvd *d = w->d;
-    char name[32], addr[PATHS_MAX], path[PATHS_MAX];
+    char name[32];
     snprintf(name, sizeof(name), PATHS_SOCK_WORKER_FMT, (int)w->index);
     /* Workers find broker.fd and worker-N.sock in one dir: the broker's. */
-    if (paths_ipc_addr(addr, sizeof(addr), d->broker_dir, name) < 0 ||
-        paths_join(path, sizeof(path), d->broker_dir, name) < 0)
-        return -ENAMETOOLONG;
-    unlink(path); /* a stale socket of a crashed kvd or incarnation */
-    int s = nn_socket(AF_SP, NN_PAIR);
-    if (s < 0)
-        return -nn_errno();
-    int maxsz = -1;
-    nn_setsockopt(s, NN_SOL_SOCKET, NN_RCVMAXSIZE, &maxsz, sizeof(maxsz));
-    if (nn_bind(s, addr) < 0) {
-        int e = nn_errno();
-        log_err("cannot bind '%s': %s", addr, nn_strerror(e));
-        nn_close(s);
-        return -e;
-    }
-    chmod(path, 0660);
-    int rc = nnuv_init(&w->nn, d->loop, s, worker_recv_cb, w);
-    if (rc < 0) {
-        nn_close(s);
+    int rc = nnuv_listen(&w->nn, d->loop, d->broker_dir, name, NN_PAIR, true, worker_recv_cb, w,
+                         NULL);
+    if (rc < 0)
         return rc;
-    }
     w->nn_open = true;
     return 0;
 }
