@@ -3,23 +3,9 @@
 #include "common/err.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int am_fail(char err[WIRE_ERR_LEN], const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static int am_fail(char err[WIRE_ERR_LEN], const char *fmt, ...)
-{
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, WIRE_ERR_LEN, fmt, ap);
-        va_end(ap);
-    }
-    return KVD_EMSG;
-}
 
 static const char *const req_names[ADMIN_REQ_COUNT_] = {"pool",   "seqs", "workers",
                                                         "prefix", "map",  "evict"};
@@ -65,7 +51,7 @@ static int get_name(const msgpack_object *r, const char *key, char out[ADMIN_NAM
         return rc;
     for (size_t i = 0; i < n; i++)
         if (p[i] < 0x21 || p[i] > 0x7e)
-            return am_fail(err, "field '%s' must be printable ASCII", key);
+            return wire_fail(err, KVD_EMSG, "field '%s' must be printable ASCII", key);
     memcpy(out, p, n);
     out[n] = '\0';
     return 0;
@@ -103,14 +89,14 @@ int admin_request_decode(const struct wmsg *m, enum admin_req *out, char err[WIR
         if (wmsg_is(m, req_names[i]))
             r = i;
     if (r < 0)
-        return am_fail(err, "unknown admin request '%.32s'", m->type ? m->type : "");
+        return wire_fail(err, KVD_EMSG, "unknown admin request '%.32s'", m->type ? m->type : "");
     if (r == ADMIN_REQ_EVICT) {
         bool cached;
         if ((rc = wire_check_keys(&m->root, evict_keys, err)) ||
             (rc = wire_bool(&m->root, "cached", true, false, &cached, err)))
             return rc;
         if (!cached)
-            return am_fail(err, "evict needs cached: true (only cached pages are evicted)");
+            return wire_fail(err, KVD_EMSG, "evict needs cached: true (only cached pages are evicted)");
     } else if ((rc = wire_check_keys(&m->root, none, err))) {
         return rc;
     }
@@ -132,15 +118,15 @@ int admin_request_decode(const struct wmsg *m, enum admin_req *out, char err[WIR
 static int pool_check(const struct admin_pool *p, char err[WIRE_ERR_LEN])
 {
     if (p->pages_used + p->pages_cached + p->pages_free != p->pages_total)
-        return am_fail(err, "pool: used + cached + free != total");
+        return wire_fail(err, KVD_EMSG, "pool: used + cached + free != total");
     if (p->pages_shared > p->pages_used)
-        return am_fail(err, "pool: shared pages exceed used pages");
+        return wire_fail(err, KVD_EMSG, "pool: shared pages exceed used pages");
     if (!(p->waste_ratio >= 0 && p->waste_ratio <= 1))
-        return am_fail(err, "pool: waste_ratio outside [0, 1]");
+        return wire_fail(err, KVD_EMSG, "pool: waste_ratio outside [0, 1]");
     if (p->prefix_hit_tokens > p->prefix_query_tokens)
-        return am_fail(err, "pool: prefix hits exceed queries");
+        return wire_fail(err, KVD_EMSG, "pool: prefix hits exceed queries");
     if (!name_is_valid(p->kv_dtype) || !name_is_valid(p->alloc))
-        return am_fail(err, "pool: kv_dtype or alloc name invalid");
+        return wire_fail(err, KVD_EMSG, "pool: kv_dtype or alloc name invalid");
     return 0;
 }
 
@@ -170,7 +156,7 @@ int admin_pool_decode(const struct wmsg *m, struct admin_pool *out, char err[WIR
     int rc;
     memset(out, 0, sizeof(*out));
     if (!wmsg_is(m, "pool"))
-        return am_fail(err, "expected a 'pool' reply");
+        return wire_fail(err, KVD_EMSG, "expected a 'pool' reply");
     if ((rc = wire_check_keys(r, keys, err)))
         return rc;
 #define GET64(f)                                                                             \
@@ -233,13 +219,13 @@ int admin_seqs_decode(const struct wmsg *m, struct admin_seqs *out, char err[WIR
     int rc;
     memset(out, 0, sizeof(*out));
     if (!wmsg_is(m, "seqs"))
-        return am_fail(err, "expected a 'seqs' reply");
+        return wire_fail(err, KVD_EMSG, "expected a 'seqs' reply");
     if ((rc = wire_check_keys(r, keys, err)) ||
         (rc = wire_array(r, "seqs", true, ADMIN_MAX_SEQS, &arr, err)) ||
         (rc = wire_u64(r, "n_total", true, 0, UINT64_MAX, &out->n_total, err)))
         return rc;
     if (out->n_total < arr->via.array.size)
-        return am_fail(err, "seqs: n_total smaller than the list");
+        return wire_fail(err, KVD_EMSG, "seqs: n_total smaller than the list");
     if (arr->via.array.size &&
         !(out->seqs = calloc(arr->via.array.size, sizeof(*out->seqs))))
         return -ENOMEM;
@@ -256,9 +242,9 @@ int admin_seqs_decode(const struct wmsg *m, struct admin_seqs *out, char err[WIR
             return rc;
         int st = name_index(wire_get(it, "state"), seq_state_names, ADMIN_SEQ_COUNT_);
         if (st < 0)
-            return am_fail(err, "seqs: entry %u has an unknown state", i);
+            return wire_fail(err, KVD_EMSG, "seqs: entry %u has an unknown state", i);
         if (q->shared_pages > q->pages)
-            return am_fail(err, "seqs: entry %u shares more pages than it holds", i);
+            return wire_fail(err, KVD_EMSG, "seqs: entry %u shares more pages than it holds", i);
         q->state = (enum admin_seq_state)st;
         q->worker = (int32_t)worker;
         out->n = i + 1;
@@ -306,7 +292,7 @@ int admin_workers_decode(const struct wmsg *m, struct admin_workers *out,
     int rc;
     memset(out, 0, sizeof(*out));
     if (!wmsg_is(m, "workers"))
-        return am_fail(err, "expected a 'workers' reply");
+        return wire_fail(err, KVD_EMSG, "expected a 'workers' reply");
     if ((rc = wire_check_keys(r, keys, err)) ||
         (rc = wire_array(r, "workers", true, ADMIN_MAX_WORKERS, &arr, err)))
         return rc;
@@ -325,7 +311,7 @@ int admin_workers_decode(const struct wmsg *m, struct admin_workers *out,
             return rc;
         int st = name_index(wire_get(it, "state"), worker_state_names, ADMIN_WORKER_COUNT_);
         if (st < 0)
-            return am_fail(err, "workers: entry %u has an unknown state", i);
+            return wire_fail(err, KVD_EMSG, "workers: entry %u has an unknown state", i);
         k->state = (enum admin_worker_state)st;
         k->pid = (int32_t)pid;
         out->n = i + 1;
@@ -367,7 +353,7 @@ int admin_prefix_decode(const struct wmsg *m, struct admin_prefix *out, char err
     int rc;
     memset(out, 0, sizeof(*out));
     if (!wmsg_is(m, "prefix"))
-        return am_fail(err, "expected a 'prefix' reply");
+        return wire_fail(err, KVD_EMSG, "expected a 'prefix' reply");
     if ((rc = wire_check_keys(r, keys, err)) ||
         (rc = wire_bool(r, "enabled", true, false, &out->enabled, err)) ||
         (rc = wire_u64(r, "entries", true, 0, UINT64_MAX, &out->entries, err)) ||
@@ -378,7 +364,7 @@ int admin_prefix_decode(const struct wmsg *m, struct admin_prefix *out, char err
         (rc = wire_array(r, "top", true, ADMIN_PREFIX_TOP_MAX, &arr, err)))
         return rc;
     if (out->hit_tokens > out->query_tokens || out->cached_pages > out->entries)
-        return am_fail(err, "prefix: hits exceed queries or cached exceeds entries");
+        return wire_fail(err, KVD_EMSG, "prefix: hits exceed queries or cached exceeds entries");
     for (uint32_t i = 0; i < arr->via.array.size; i++) {
         const msgpack_object *it = &arr->via.array.ptr[i];
         struct admin_prefix_top *t = &out->top[i];
@@ -420,16 +406,16 @@ int admin_map_decode(const struct wmsg *m, struct admin_map *out, char err[WIRE_
     int rc;
     memset(out, 0, sizeof(*out));
     if (!wmsg_is(m, "map"))
-        return am_fail(err, "expected a 'map' reply");
+        return wire_fail(err, KVD_EMSG, "expected a 'map' reply");
     if ((rc = wire_check_keys(r, keys, err)) ||
         (rc = wire_u64(r, "pages_total", true, 0, ADMIN_MAP_MAX_PAGES, &out->pages_total, err)))
         return rc;
     const msgpack_object *b = wire_get(r, "pages");
     if (!b || b->type != MSGPACK_OBJECT_BIN || b->via.bin.size != out->pages_total)
-        return am_fail(err, "field 'pages' must be bin of pages_total bytes");
+        return wire_fail(err, KVD_EMSG, "field 'pages' must be bin of pages_total bytes");
     for (uint32_t i = 0; i < b->via.bin.size; i++)
         if ((uint8_t)b->via.bin.ptr[i] >= ADMIN_PAGE_COUNT_)
-            return am_fail(err, "field 'pages' has an unknown state at page %u", i);
+            return wire_fail(err, KVD_EMSG, "field 'pages' has an unknown state at page %u", i);
     if (out->pages_total && !(out->pages = malloc(out->pages_total)))
         return -ENOMEM;
     if (out->pages_total)
@@ -452,7 +438,7 @@ int admin_evict_decode(const struct wmsg *m, struct admin_evict *out, char err[W
     int rc;
     memset(out, 0, sizeof(*out));
     if (!wmsg_is(m, "evict"))
-        return am_fail(err, "expected an 'evict' reply");
+        return wire_fail(err, KVD_EMSG, "expected an 'evict' reply");
     if ((rc = wire_check_keys(&m->root, keys, err)))
         return rc;
     return wire_u64(&m->root, "evicted", true, 0, UINT64_MAX, &out->evicted, err);

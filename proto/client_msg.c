@@ -4,25 +4,11 @@
 
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define CLIENT_FINISH_NAME_MAX 16 /* bytes of a finish_reason value */
-
-static int cm_fail(char err[WIRE_ERR_LEN], const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static int cm_fail(char err[WIRE_ERR_LEN], const char *fmt, ...)
-{
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, WIRE_ERR_LEN, fmt, ap);
-        va_end(ap);
-    }
-    return KVD_EMSG;
-}
 
 static const char *const finish_names[CLIENT_FINISH_COUNT_] = {"stop", "length", "cancelled",
                                                                "error"};
@@ -101,7 +87,7 @@ static int get_fixed_str(const msgpack_object *root, const char *key, bool requi
     if (rc)
         return rc;
     if (p && !client_utf8_is_valid(p, n))
-        return cm_fail(err, "field '%s' is not valid UTF-8", key);
+        return wire_fail(err, KVD_EMSG, "field '%s' is not valid UTF-8", key);
     if (p)
         memcpy(out, p, n);
     out[p ? n : 0] = '\0';
@@ -114,7 +100,7 @@ int client_hello_encode(const struct client_hello *h, struct wbuf *w, char err[W
 {
     size_t n = strnlen(h->name, CLIENT_NAME_MAX + 1);
     if (n > CLIENT_NAME_MAX || !client_utf8_is_valid(h->name, n))
-        return cm_fail(err, "client name too long or not UTF-8");
+        return wire_fail(err, KVD_EMSG, "client name too long or not UTF-8");
     wire_begin(w, "hello", 1);
     wire_put_strn(w, "name", h->name, n);
     return 0;
@@ -126,7 +112,7 @@ int client_hello_decode(const struct wmsg *m, struct client_hello *out, char err
     int rc;
     memset(out, 0, sizeof(*out));
     if (!wmsg_is(m, "hello"))
-        return cm_fail(err, "expected a 'hello' message");
+        return wire_fail(err, KVD_EMSG, "expected a 'hello' message");
     if ((rc = wire_check_keys(&m->root, keys, err)))
         return rc;
     return get_fixed_str(&m->root, "name", false, CLIENT_NAME_MAX, out->name, err);
@@ -139,10 +125,10 @@ int client_welcome_encode(const struct client_welcome *x, struct wbuf *w,
     size_t nm = strnlen(x->model, CLIENT_MODEL_NAME_MAX + 1);
     if (na == 0 || na > CLIENT_ADDR_MAX || nm > CLIENT_MODEL_NAME_MAX ||
         !client_utf8_is_valid(x->model, nm) || !client_utf8_is_valid(x->addr, na))
-        return cm_fail(err, "welcome addr or model name invalid");
+        return wire_fail(err, KVD_EMSG, "welcome addr or model name invalid");
     if (x->max_model_len == 0 || x->max_model_len > CLIENT_MAX_PROMPT_TOKENS ||
         x->vocab_size == 0 || x->vocab_size > CLIENT_TOKEN_ID_MAX || x->block_size == 0)
-        return cm_fail(err, "welcome max_model_len, vocab_size or block_size out of range");
+        return wire_fail(err, KVD_EMSG, "welcome max_model_len, vocab_size or block_size out of range");
     wire_begin(w, "welcome", 6);
     wire_put_u64(w, "session", x->session);
     wire_put_strn(w, "addr", x->addr, na);
@@ -161,7 +147,7 @@ int client_welcome_decode(const struct wmsg *m, struct client_welcome *out,
     int rc;
     memset(out, 0, sizeof(*out));
     if (!wmsg_is(m, "welcome"))
-        return cm_fail(err, "expected a 'welcome' message");
+        return wire_fail(err, KVD_EMSG, "expected a 'welcome' message");
     const msgpack_object *r = &m->root;
     if ((rc = wire_check_keys(r, keys, err)) ||
         (rc = wire_u64(r, "session", true, 0, UINT64_MAX, &out->session, err)) ||
@@ -175,7 +161,7 @@ int client_welcome_decode(const struct wmsg *m, struct client_welcome *out,
         return rc;
     if (out->addr[0] == '\0' || out->max_model_len == 0 || out->vocab_size == 0 ||
         out->block_size == 0)
-        return cm_fail(err, "welcome field is zero or empty");
+        return wire_fail(err, KVD_EMSG, "welcome field is zero or empty");
     return 0;
 }
 
@@ -206,55 +192,55 @@ void client_generate_release(struct client_generate *g)
 static int generate_check(const struct client_generate *g, char err[WIRE_ERR_LEN])
 {
     if (!g->prompt == !g->tokens)
-        return cm_fail(err, "exactly one of 'prompt' or 'tokens' is required");
+        return wire_fail(err, KVD_EMSG, "exactly one of 'prompt' or 'tokens' is required");
     if (g->prompt && (g->prompt_len == 0 || g->prompt_len > CLIENT_MAX_PROMPT_BYTES ||
                       !client_utf8_is_valid(g->prompt, g->prompt_len)))
-        return cm_fail(err, "field 'prompt' must be 1..%u bytes of UTF-8 without NUL",
+        return wire_fail(err, KVD_EMSG, "field 'prompt' must be 1..%u bytes of UTF-8 without NUL",
                        CLIENT_MAX_PROMPT_BYTES);
     if (g->tokens && (g->n_tokens == 0 || g->n_tokens > CLIENT_MAX_PROMPT_TOKENS))
-        return cm_fail(err, "field 'tokens' must hold 1..%u ids", CLIENT_MAX_PROMPT_TOKENS);
+        return wire_fail(err, KVD_EMSG, "field 'tokens' must hold 1..%u ids", CLIENT_MAX_PROMPT_TOKENS);
     for (size_t i = 0; g->tokens && i < g->n_tokens; i++)
         if (g->tokens[i] > CLIENT_TOKEN_ID_MAX)
-            return cm_fail(err, "field 'tokens' has an id out of range");
+            return wire_fail(err, KVD_EMSG, "field 'tokens' has an id out of range");
     if (g->max_tokens == 0 || g->max_tokens > CLIENT_MAX_NEW_TOKENS)
-        return cm_fail(err, "field 'max_tokens' must be 1..%u", CLIENT_MAX_NEW_TOKENS);
+        return wire_fail(err, KVD_EMSG, "field 'max_tokens' must be 1..%u", CLIENT_MAX_NEW_TOKENS);
     if (!(g->temperature >= 0 && g->temperature <= CLIENT_TEMPERATURE_MAX))
-        return cm_fail(err, "field 'temperature' must be in [0, %g]", CLIENT_TEMPERATURE_MAX);
+        return wire_fail(err, KVD_EMSG, "field 'temperature' must be in [0, %g]", CLIENT_TEMPERATURE_MAX);
     if (g->top_k > CLIENT_TOP_K_MAX)
-        return cm_fail(err, "field 'top_k' exceeds %u", CLIENT_TOP_K_MAX);
+        return wire_fail(err, KVD_EMSG, "field 'top_k' exceeds %u", CLIENT_TOP_K_MAX);
     if (!(g->top_p > 0 && g->top_p <= 1))
-        return cm_fail(err, "field 'top_p' must be in (0, 1]");
+        return wire_fail(err, KVD_EMSG, "field 'top_p' must be in (0, 1]");
     if (!(g->min_p >= 0 && g->min_p <= 1))
-        return cm_fail(err, "field 'min_p' must be in [0, 1]");
+        return wire_fail(err, KVD_EMSG, "field 'min_p' must be in [0, 1]");
     if (!(g->repetition_penalty > 0 && g->repetition_penalty <= CLIENT_PENALTY_MAX))
-        return cm_fail(err, "field 'repetition_penalty' must be in (0, %g]",
+        return wire_fail(err, KVD_EMSG, "field 'repetition_penalty' must be in (0, %g]",
                        CLIENT_PENALTY_MAX);
     if (!(fabs(g->frequency_penalty) <= CLIENT_PENALTY_MAX) ||
         !(fabs(g->presence_penalty) <= CLIENT_PENALTY_MAX))
-        return cm_fail(err, "frequency/presence penalty must be within +-%g",
+        return wire_fail(err, KVD_EMSG, "frequency/presence penalty must be within +-%g",
                        CLIENT_PENALTY_MAX);
     if (g->n_stop > CLIENT_MAX_STOP)
-        return cm_fail(err, "field 'stop' has more than %d strings", CLIENT_MAX_STOP);
+        return wire_fail(err, KVD_EMSG, "field 'stop' has more than %d strings", CLIENT_MAX_STOP);
     for (uint32_t i = 0; i < g->n_stop; i++) {
         size_t n = g->stop[i] ? strnlen(g->stop[i], CLIENT_STOP_MAX_BYTES + 1) : 0;
         if (n == 0 || n > CLIENT_STOP_MAX_BYTES || !client_utf8_is_valid(g->stop[i], n))
-            return cm_fail(err, "stop string %u must be 1..%d bytes of UTF-8", i,
+            return wire_fail(err, KVD_EMSG, "stop string %u must be 1..%d bytes of UTF-8", i,
                            CLIENT_STOP_MAX_BYTES);
     }
     if (g->n_stop_token_ids > CLIENT_MAX_STOP_TOKEN_IDS ||
         (g->n_stop_token_ids && !g->stop_token_ids))
-        return cm_fail(err, "field 'stop_token_ids' has more than %d ids",
+        return wire_fail(err, KVD_EMSG, "field 'stop_token_ids' has more than %d ids",
                        CLIENT_MAX_STOP_TOKEN_IDS);
     for (size_t i = 0; i < g->n_stop_token_ids; i++)
         if (g->stop_token_ids[i] > CLIENT_TOKEN_ID_MAX)
-            return cm_fail(err, "field 'stop_token_ids' has an id out of range");
+            return wire_fail(err, KVD_EMSG, "field 'stop_token_ids' has an id out of range");
     if (g->logprobs > CLIENT_MAX_LOGPROBS)
-        return cm_fail(err, "field 'logprobs' must be 0..%d", CLIENT_MAX_LOGPROBS);
+        return wire_fail(err, KVD_EMSG, "field 'logprobs' must be 0..%d", CLIENT_MAX_LOGPROBS);
     if (g->timeout_ms > CLIENT_TIMEOUT_MAX_MS)
-        return cm_fail(err, "field 'timeout_ms' exceeds %u", CLIENT_TIMEOUT_MAX_MS);
+        return wire_fail(err, KVD_EMSG, "field 'timeout_ms' exceeds %u", CLIENT_TIMEOUT_MAX_MS);
     if (g->cache_salt && (g->cache_salt_len == 0 || g->cache_salt_len > CLIENT_CACHE_SALT_MAX ||
                           !client_utf8_is_valid(g->cache_salt, g->cache_salt_len)))
-        return cm_fail(err, "field 'cache_salt' must be 1..%d bytes of UTF-8",
+        return wire_fail(err, KVD_EMSG, "field 'cache_salt' must be 1..%d bytes of UTF-8",
                        CLIENT_CACHE_SALT_MAX);
     return 0;
 }
@@ -317,7 +303,7 @@ int client_generate_decode(const struct wmsg *m, struct client_generate *out,
     int rc;
     client_generate_init(out);
     if (!wmsg_is(m, "generate"))
-        return cm_fail(err, "expected a 'generate' message");
+        return wire_fail(err, KVD_EMSG, "expected a 'generate' message");
     if ((rc = wire_check_keys(r, keys, err)) ||
         (rc = wire_u64(r, "id", true, 0, UINT64_MAX, &out->id, err)))
         return rc;
@@ -331,7 +317,7 @@ int client_generate_decode(const struct wmsg *m, struct client_generate *out,
         return rc;
     const msgpack_object *to = wire_get(r, "tokens");
     if (to && to->type != MSGPACK_OBJECT_NIL && !out->tokens)
-        return cm_fail(err, "field 'tokens' must hold 1..%u ids", CLIENT_MAX_PROMPT_TOKENS);
+        return wire_fail(err, KVD_EMSG, "field 'tokens' must hold 1..%u ids", CLIENT_MAX_PROMPT_TOKENS);
     uint64_t seed;
     if ((rc = wire_u32(r, "max_tokens", false, 16, UINT32_MAX, &out->max_tokens, err)) ||
         (rc = wire_f64(r, "temperature", false, 1.0, 0, CLIENT_TEMPERATURE_MAX,
@@ -355,12 +341,12 @@ int client_generate_decode(const struct wmsg *m, struct client_generate *out,
     for (uint32_t i = 0; arr && i < arr->via.array.size; i++) {
         const msgpack_object *s = &arr->via.array.ptr[i];
         if (s->type != MSGPACK_OBJECT_STR)
-            return cm_fail(err, "field 'stop' must hold strings");
+            return wire_fail(err, KVD_EMSG, "field 'stop' must hold strings");
         if ((rc = dup_str(s->via.str.ptr, s->via.str.size, &out->stop[i])))
             return rc;
         out->n_stop = i + 1;
         if (s->via.str.size > CLIENT_STOP_MAX_BYTES)
-            return cm_fail(err, "stop string %u exceeds %d bytes", i, CLIENT_STOP_MAX_BYTES);
+            return wire_fail(err, KVD_EMSG, "stop string %u exceeds %d bytes", i, CLIENT_STOP_MAX_BYTES);
     }
     if ((rc = wire_u32_array(r, "stop_token_ids", false, CLIENT_MAX_STOP_TOKEN_IDS,
                              CLIENT_TOKEN_ID_MAX, &out->stop_token_ids, &out->n_stop_token_ids,
@@ -394,7 +380,7 @@ int client_cancel_decode(const struct wmsg *m, struct client_cancel *out,
     int rc;
     memset(out, 0, sizeof(*out));
     if (!wmsg_is(m, "cancel"))
-        return cm_fail(err, "expected a 'cancel' message");
+        return wire_fail(err, KVD_EMSG, "expected a 'cancel' message");
     if ((rc = wire_check_keys(&m->root, keys, err)))
         return rc;
     return wire_u64(&m->root, "id", true, 0, UINT64_MAX, &out->id, err);
@@ -417,7 +403,7 @@ int client_simple_decode(const struct wmsg *m, const char *type, char err[WIRE_E
 {
     static const char *const keys[] = {NULL};
     if (!is_simple_type(type) || !wmsg_is(m, type))
-        return cm_fail(err, "expected a '%s' message", type);
+        return wire_fail(err, KVD_EMSG, "expected a '%s' message", type);
     return wire_check_keys(&m->root, keys, err);
 }
 
@@ -456,10 +442,10 @@ static int check_logprob(const struct client_logprob *e, char err[WIRE_ERR_LEN])
         return 0;
     if (e->token > CLIENT_TOKEN_ID_MAX || !lp_is_valid(e->logprob) ||
         e->n_top > CLIENT_MAX_LOGPROBS)
-        return cm_fail(err, "logprob entry out of range");
+        return wire_fail(err, KVD_EMSG, "logprob entry out of range");
     for (uint32_t i = 0; i < e->n_top; i++)
         if (e->top[i].token > CLIENT_TOKEN_ID_MAX || !lp_is_valid(e->top[i].logprob))
-            return cm_fail(err, "logprob top entry out of range");
+            return wire_fail(err, KVD_EMSG, "logprob top entry out of range");
     return 0;
 }
 
@@ -524,11 +510,11 @@ static int decode_logprobs(const msgpack_object *r, const char *key, size_t max_
     for (uint32_t i = 0; i < arr->via.array.size; i++)
         if (decode_logprob(&arr->via.array.ptr[i], first_nil && i == 0, &v[i])) {
             free(v);
-            return cm_fail(err, "field '%s' entry %u is malformed", key, i);
+            return wire_fail(err, KVD_EMSG, "field '%s' entry %u is malformed", key, i);
         }
     if (first_nil && v[0].present) {
         free(v);
-        return cm_fail(err, "field '%s' entry 0 must be nil", key);
+        return wire_fail(err, KVD_EMSG, "field '%s' entry 0 must be nil", key);
     }
     *out = v;
     *n_out = arr->via.array.size;
@@ -559,19 +545,19 @@ void client_tokens_release(struct client_tokens *t)
 static int tokens_check(const struct client_tokens *t, char err[WIRE_ERR_LEN])
 {
     if (t->n_tokens == 0 || t->n_tokens > CLIENT_EVENT_MAX_TOKENS || !t->tokens)
-        return cm_fail(err, "field 'tokens' must hold 1..%u ids", CLIENT_EVENT_MAX_TOKENS);
+        return wire_fail(err, KVD_EMSG, "field 'tokens' must hold 1..%u ids", CLIENT_EVENT_MAX_TOKENS);
     for (size_t i = 0; i < t->n_tokens; i++)
         if (t->tokens[i] > CLIENT_TOKEN_ID_MAX)
-            return cm_fail(err, "field 'tokens' has an id out of range");
+            return wire_fail(err, KVD_EMSG, "field 'tokens' has an id out of range");
     if (t->text_len > CLIENT_TEXT_MAX_BYTES || (t->text_len && !t->text) ||
         !client_utf8_is_valid(t->text, t->text_len))
-        return cm_fail(err, "field 'text' must be UTF-8 of at most %u bytes",
+        return wire_fail(err, KVD_EMSG, "field 'text' must be UTF-8 of at most %u bytes",
                        CLIENT_TEXT_MAX_BYTES);
     if (t->n_logprobs && (t->n_logprobs != t->n_tokens || !t->logprobs))
-        return cm_fail(err, "field 'logprobs' must have one entry per token");
+        return wire_fail(err, KVD_EMSG, "field 'logprobs' must have one entry per token");
     for (size_t i = 0; i < t->n_logprobs; i++)
         if (!t->logprobs[i].present || check_logprob(&t->logprobs[i], err))
-            return cm_fail(err, "field 'logprobs' entry %zu is invalid", i);
+            return wire_fail(err, KVD_EMSG, "field 'logprobs' entry %zu is invalid", i);
     return 0;
 }
 
@@ -599,7 +585,7 @@ int client_tokens_decode(const struct wmsg *m, struct client_tokens *out,
     int rc;
     client_tokens_init(out);
     if (!wmsg_is(m, "tokens"))
-        return cm_fail(err, "expected a 'tokens' message");
+        return wire_fail(err, KVD_EMSG, "expected a 'tokens' message");
     if ((rc = wire_check_keys(r, keys, err)) ||
         (rc = wire_u64(r, "id", true, 0, UINT64_MAX, &out->id, err)) ||
         (rc = wire_u32_array(r, "tokens", true, CLIENT_EVENT_MAX_TOKENS, CLIENT_TOKEN_ID_MAX,
@@ -631,36 +617,36 @@ void client_done_release(struct client_done *d)
 static int done_check(const struct client_done *d, char err[WIRE_ERR_LEN])
 {
     if ((unsigned)d->finish >= CLIENT_FINISH_COUNT_)
-        return cm_fail(err, "field 'finish_reason' invalid");
+        return wire_fail(err, KVD_EMSG, "field 'finish_reason' invalid");
     bool ok = d->finish == CLIENT_FINISH_STOP || d->finish == CLIENT_FINISH_LENGTH;
     if (ok != (d->code == 0))
-        return cm_fail(err, "field 'code' must be present exactly for cancelled/error");
+        return wire_fail(err, KVD_EMSG, "field 'code' must be present exactly for cancelled/error");
     if (!client_utf8_is_valid(d->msg, strnlen(d->msg, sizeof(d->msg))))
-        return cm_fail(err, "field 'msg' is not UTF-8");
+        return wire_fail(err, KVD_EMSG, "field 'msg' is not UTF-8");
     if (d->cached_prompt_tokens > d->prompt_tokens ||
         d->prompt_tokens > CLIENT_MAX_PROMPT_TOKENS ||
         d->completion_tokens > CLIENT_MAX_NEW_TOKENS)
-        return cm_fail(err, "token counts out of range");
+        return wire_fail(err, KVD_EMSG, "token counts out of range");
     if (d->n_tokens > CLIENT_MAX_NEW_TOKENS || (d->n_tokens && !d->tokens))
-        return cm_fail(err, "field 'tokens' too long");
+        return wire_fail(err, KVD_EMSG, "field 'tokens' too long");
     for (size_t i = 0; i < d->n_tokens; i++)
         if (d->tokens[i] > CLIENT_TOKEN_ID_MAX)
-            return cm_fail(err, "field 'tokens' has an id out of range");
+            return wire_fail(err, KVD_EMSG, "field 'tokens' has an id out of range");
     if (d->text_len > CLIENT_TEXT_MAX_BYTES || (d->text_len && !d->text) ||
         !client_utf8_is_valid(d->text, d->text_len))
-        return cm_fail(err, "field 'text' must be UTF-8 of at most %u bytes",
+        return wire_fail(err, KVD_EMSG, "field 'text' must be UTF-8 of at most %u bytes",
                        CLIENT_TEXT_MAX_BYTES);
     if (d->n_logprobs && (d->n_logprobs != d->n_tokens || !d->logprobs))
-        return cm_fail(err, "field 'logprobs' must have one entry per token");
+        return wire_fail(err, KVD_EMSG, "field 'logprobs' must have one entry per token");
     for (size_t i = 0; i < d->n_logprobs; i++)
         if (!d->logprobs[i].present || check_logprob(&d->logprobs[i], err))
-            return cm_fail(err, "field 'logprobs' entry %zu is invalid", i);
+            return wire_fail(err, KVD_EMSG, "field 'logprobs' entry %zu is invalid", i);
     if (d->n_prompt_logprobs > CLIENT_MAX_PROMPT_TOKENS ||
         (d->n_prompt_logprobs && (!d->prompt_logprobs || d->prompt_logprobs[0].present)))
-        return cm_fail(err, "field 'prompt_logprobs' must start with nil");
+        return wire_fail(err, KVD_EMSG, "field 'prompt_logprobs' must start with nil");
     for (size_t i = 1; i < d->n_prompt_logprobs; i++)
         if (!d->prompt_logprobs[i].present || check_logprob(&d->prompt_logprobs[i], err))
-            return cm_fail(err, "field 'prompt_logprobs' entry %zu is invalid", i);
+            return wire_fail(err, KVD_EMSG, "field 'prompt_logprobs' entry %zu is invalid", i);
     return 0;
 }
 
@@ -721,13 +707,13 @@ int client_done_decode(const struct wmsg *m, struct client_done *out, char err[W
     char code[32];
     client_done_init(out);
     if (!wmsg_is(m, "done"))
-        return cm_fail(err, "expected a 'done' message");
+        return wire_fail(err, KVD_EMSG, "expected a 'done' message");
     if ((rc = wire_check_keys(r, keys, err)) ||
         (rc = wire_u64(r, "id", true, 0, UINT64_MAX, &out->id, err)) ||
         (rc = wire_str(r, "finish_reason", true, CLIENT_FINISH_NAME_MAX, &p, &n, err)))
         return rc;
     if (client_finish_parse(p, n, &out->finish))
-        return cm_fail(err, "field 'finish_reason' has an unknown value");
+        return wire_fail(err, KVD_EMSG, "field 'finish_reason' has an unknown value");
     if ((rc = get_fixed_str(r, "code", false, sizeof(code) - 1, code, err)) ||
         (rc = get_fixed_str(r, "msg", false, CLIENT_ERR_MSG_MAX, out->msg, err)))
         return rc;
